@@ -1,0 +1,287 @@
+//! The gpuq broker API: every request and response type, and the pure parsers
+//! (durations) that the CLI and the broker must agree on.
+//!
+//! The broker speaks HTTP/1.1 + JSON on a unix socket, so an operator can also
+//! use `curl --unix-socket /run/gpuq/broker.sock http://gpuq/v1/jobs`. The
+//! routes are listed in [`routes`]. This crate performs no I/O.
+
+pub mod duration;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// API routes (all under the `/v1` prefix).
+pub mod routes {
+    /// `POST` a [`super::SubmitRequest`]; `GET` the queue (`?all=1` for finished jobs too).
+    pub const JOBS: &str = "/v1/jobs";
+    /// `GET` broker-wide state: lock, hold, the gate.
+    pub const STATUS: &str = "/v1/status";
+    /// `POST` a [`super::LockRequest`] to lock, `DELETE` to unlock, `GET` to read.
+    pub const LOCK: &str = "/v1/lock";
+}
+
+/// A job's number, unique for the life of the broker's store, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JobId(pub u64);
+
+impl fmt::Display for JobId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::str::FromStr for JobId {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().parse::<u64>() {
+            Ok(n) if n > 0 => Ok(JobId(n)),
+            _ => Err(format!(
+                "'{s}' is not a job ID: use the number that `gpuq submit` printed (see `gpuq list`)"
+            )),
+        }
+    }
+}
+
+/// Where a job is in its life. A job moves only forward through these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    /// Accepted and durably stored; waiting for its turn.
+    Queued,
+    /// Its processes run (or ran until the broker last looked).
+    Running,
+    /// Its main process exited with status 0.
+    Completed,
+    /// Its main process exited non-zero or was killed by a signal it did not get from us.
+    Failed,
+    /// Cancelled by its owner or by root.
+    Cancelled,
+    /// Killed because it reached its time limit.
+    Timeout,
+    /// The broker could not tell how it ended (it was not watching when it did).
+    /// Such a job is never run again.
+    Lost,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Timeout => "timeout",
+            JobState::Lost => "lost",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "queued" => JobState::Queued,
+            "running" => JobState::Running,
+            "completed" => JobState::Completed,
+            "failed" => JobState::Failed,
+            "cancelled" => JobState::Cancelled,
+            "timeout" => JobState::Timeout,
+            "lost" => JobState::Lost,
+            _ => return None,
+        })
+    }
+
+    /// True once the job can never run (again).
+    pub fn is_finished(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Running)
+    }
+}
+
+impl fmt::Display for JobState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `POST /v1/jobs`. Who submits is not part of the body: the broker takes the
+/// UID, GID and groups from the socket (`SO_PEERCRED`, `SO_PEERGROUPS`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The command and its arguments, run without a shell.
+    pub argv: Vec<String>,
+    /// The submitter's working directory; the job runs there.
+    pub cwd: String,
+    /// The submitter's environment at submit time (the broker filters it).
+    pub env: Vec<(String, String)>,
+    /// Time limit in one of the accepted forms (see [`duration`]); the broker's default if absent.
+    #[serde(default)]
+    pub time: Option<String>,
+    /// A short label shown in `gpuq list`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// DAOS institution profile (`--inst`).
+    #[serde(default)]
+    pub inst: Option<String>,
+    /// Kernel storage kind (`--stor`).
+    #[serde(default)]
+    pub stor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitResponse {
+    pub id: JobId,
+    /// Where the job's output goes.
+    pub log_path: String,
+    /// Jobs ahead of this one.
+    pub position: usize,
+}
+
+/// One job as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub uid: u32,
+    pub user: String,
+    pub state: JobState,
+    pub name: Option<String>,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub inst: Option<String>,
+    pub stor: Option<String>,
+    /// Unix seconds.
+    pub submitted_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub time_limit_secs: u64,
+    /// Exit status of the main process, when it exited.
+    pub exit_code: Option<i32>,
+    /// Signal that ended the main process, when one did.
+    pub signal: Option<i32>,
+    /// Why the job ended as it did, in words (who cancelled, limit hit, ...).
+    pub reason: Option<String>,
+    pub log_path: String,
+}
+
+impl JobView {
+    /// The exit code `gpuq follow` returns for this job (shell conventions:
+    /// 128+N for a signal, 124 for a time limit as timeout(1) does).
+    pub fn follow_exit_code(&self) -> i32 {
+        match self.state {
+            JobState::Completed => 0,
+            JobState::Failed => match (self.exit_code, self.signal) {
+                (Some(c), _) => c,
+                (None, Some(s)) => 128 + s,
+                (None, None) => 1,
+            },
+            JobState::Timeout => 124,
+            JobState::Cancelled => 130,
+            JobState::Lost | JobState::Queued | JobState::Running => 1,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobView>,
+    pub broker: BrokerStatus,
+}
+
+/// The maintenance lock (`gpuq lock`), as stored and as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockInfo {
+    pub reason: String,
+    pub by_uid: u32,
+    pub by_user: String,
+    /// Unix seconds.
+    pub since: i64,
+}
+
+/// `POST /v1/lock`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockRequest {
+    pub reason: String,
+}
+
+/// A recovery hold: a lease whose cleanup did not finish. Blocks every job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldInfo {
+    pub lease: String,
+    pub reason: String,
+    pub since: i64,
+}
+
+/// Broker-wide state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerStatus {
+    pub version: String,
+    pub lock: Option<LockInfo>,
+    pub hold: Option<HoldInfo>,
+    /// Why the next queued job is not starting, if it is not; `None` when the gate is open.
+    pub gate_closed: Option<String>,
+    pub running: Option<JobId>,
+    pub queued: usize,
+    pub runner: String,
+    pub gpu: String,
+}
+
+/// Machine-readable error class; the HTTP status carries the same information.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    Forbidden,
+    NotFound,
+    Conflict,
+    Locked,
+    PayloadTooLarge,
+    NotEnabled,
+    Internal,
+}
+
+/// Body of every non-2xx response: one line a person can act on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: ErrorCode,
+    pub error: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_id_rejects_garbage_with_a_hint() {
+        assert_eq!("42".parse::<JobId>(), Ok(JobId(42)));
+        let e = "abc".parse::<JobId>().unwrap_err();
+        assert!(e.contains("gpuq list"), "{e}");
+        assert!("0".parse::<JobId>().is_err());
+        assert!("-1".parse::<JobId>().is_err());
+    }
+
+    #[test]
+    fn job_state_round_trips_through_its_name() {
+        for s in [
+            JobState::Queued,
+            JobState::Running,
+            JobState::Completed,
+            JobState::Failed,
+            JobState::Cancelled,
+            JobState::Timeout,
+            JobState::Lost,
+        ] {
+            assert_eq!(JobState::parse(s.as_str()), Some(s));
+            assert_eq!(serde_json::to_string(&s).unwrap(), format!("\"{s}\""));
+        }
+        assert_eq!(JobState::parse("done"), None);
+    }
+
+    #[test]
+    fn submit_request_rejects_unknown_fields() {
+        let ok = r#"{"argv":["true"],"cwd":"/","env":[]}"#;
+        assert!(serde_json::from_str::<SubmitRequest>(ok).is_ok());
+        let bad = r#"{"argv":["true"],"cwd":"/","env":[],"uid":0}"#;
+        assert!(serde_json::from_str::<SubmitRequest>(bad).is_err());
+    }
+}

@@ -1,0 +1,1 @@
+//! Block-device ioctls (BLKDISCARD, BLKGETSIZE64). Owned by the block-device work.

@@ -1,0 +1,1 @@
+//! Process helpers: peer credentials, privilege drop and cgroup placement in `pre_exec`.

@@ -1,0 +1,1 @@
+//! Helpers for the whole-system tests in `tests/tests/`.
