@@ -1,0 +1,553 @@
+//! `LibpodClient`: the libpod REST API over a unix socket, on hyper 1.
+//!
+//! One short-lived HTTP/1.1 connection per request: connecting a unix socket
+//! costs microseconds, there is no pool to go stale when Podman restarts, and
+//! a long `wait` never blocks other calls. Dropping a call's future (a
+//! caller's timeout) closes its connection.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::header::{HeaderMap, CONTENT_TYPE, HOST};
+use hyper::{Method, Request, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use tokio::net::UnixStream;
+use tokio::task::JoinHandle;
+
+use crate::body::{ImageArchive, ReqBody};
+use crate::error::{Error, ObjectKind, Result};
+use crate::image_id::ImageId;
+use crate::logs::{demux, LogOptions, Logs};
+use crate::types::{
+    ContainerInfo, ContainerSpec, ContainerSummary, CreateReply, ImageInfo, ImageSummary,
+    LabelFilter, LoadedImages, PingInfo, RawContainerInspect, RmReport,
+};
+use crate::version::{check_supported, ApiVersion};
+use crate::Podman;
+
+/// Every request asks for the v4 API shapes, which Podman 4.3 through 5.x
+/// serve (environment.md: Podman ≥ 5.2 keeps the v4 shapes for path versions
+/// below 5.0.0).
+const API_PREFIX: &str = "/v4.0.0/libpod";
+
+/// The default rootful Podman socket.
+pub const DEFAULT_SOCKET: &str = "/run/podman/podman.sock";
+
+/// A libpod client bound to one socket. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct LibpodClient {
+    socket: PathBuf,
+    version: ApiVersion,
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// Aborts the connection task when the request is done or dropped.
+struct ConnTask(JoinHandle<()>);
+
+impl Drop for ConnTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// What a request is about, for error messages.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    op: &'static str,
+    kind: ObjectKind,
+    name: &'a str,
+}
+
+impl LibpodClient {
+    /// Connects: pings the socket, reads `Libpod-API-Version`, and refuses a
+    /// Podman older than [`crate::MIN_API_VERSION`] or a socket that is not
+    /// libpod's.
+    pub async fn connect(socket: impl Into<PathBuf>) -> Result<Self> {
+        let socket = socket.into();
+        let ping = ping_socket(&socket).await?;
+        tracing::debug!(socket = %socket.display(), version = %ping.libpod_api_version_raw, "connected to podman");
+        Ok(Self {
+            socket,
+            version: ping.libpod_api_version,
+        })
+    }
+
+    /// The socket path.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: ReqBody,
+        content_type: Option<&'static str>,
+        t: Target<'_>,
+    ) -> Result<Reply> {
+        raw_request(&self.socket, method, path_and_query, body, content_type, t).await
+    }
+
+    /// Sends a request and maps error statuses to [`Error`]; returns the reply
+    /// of a 2xx or 304.
+    async fn call(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: ReqBody,
+        content_type: Option<&'static str>,
+        t: Target<'_>,
+    ) -> Result<Reply> {
+        let reply = self
+            .request(method, path_and_query, body, content_type, t)
+            .await?;
+        if reply.status.is_success() || reply.status == StatusCode::NOT_MODIFIED {
+            return Ok(reply);
+        }
+        let message = error_message(&reply.body);
+        let socket = self.socket.clone();
+        let name = t.name.to_owned();
+        Err(match reply.status {
+            StatusCode::NOT_FOUND => Error::NotFound {
+                socket,
+                kind: t.kind,
+                name,
+                message,
+            },
+            StatusCode::CONFLICT => Error::Conflict {
+                socket,
+                op: t.op,
+                kind: t.kind,
+                name,
+                message,
+            },
+            status => Error::Api {
+                socket,
+                op: t.op,
+                target: name,
+                status: status.as_u16(),
+                message,
+            },
+        })
+    }
+
+    fn decode<T: DeserializeOwned>(&self, reply: &Reply, t: Target<'_>) -> Result<T> {
+        serde_json::from_slice(&reply.body).map_err(|e| Error::BadResponse {
+            socket: self.socket.clone(),
+            op: t.op,
+            target: t.name.to_owned(),
+            reason: format!("{e}: {}", snippet(&reply.body)),
+        })
+    }
+}
+
+impl Podman for LibpodClient {
+    fn version(&self) -> ApiVersion {
+        self.version
+    }
+
+    async fn ping(&self) -> Result<PingInfo> {
+        ping_socket(&self.socket).await
+    }
+
+    async fn image_inspect(&self, image: &ImageId) -> Result<ImageInfo> {
+        let t = Target {
+            op: "image inspect",
+            kind: ObjectKind::Image,
+            name: &image.to_string(),
+        };
+        let path = format!("{API_PREFIX}/images/{}/json", image.hex());
+        let reply = self
+            .call(Method::GET, &path, ReqBody::empty(), None, t)
+            .await?;
+        let info: ImageInfo = self.decode(&reply, t)?;
+        if !image.matches(&info.id) {
+            return Err(Error::ImageIdMismatch {
+                socket: self.socket.clone(),
+                expected: image.clone(),
+                found: info.id,
+            });
+        }
+        Ok(info)
+    }
+
+    async fn image_list(&self) -> Result<Vec<ImageSummary>> {
+        let t = Target {
+            op: "image list",
+            kind: ObjectKind::Image,
+            name: "",
+        };
+        let path = format!("{API_PREFIX}/images/json");
+        let reply = self
+            .call(Method::GET, &path, ReqBody::empty(), None, t)
+            .await?;
+        self.decode(&reply, t)
+    }
+
+    async fn image_load(&self, archive: ImageArchive) -> Result<LoadedImages> {
+        let t = Target {
+            op: "image load",
+            kind: ObjectKind::Image,
+            name: "",
+        };
+        let path = format!("{API_PREFIX}/images/load");
+        let reply = self
+            .call(
+                Method::POST,
+                &path,
+                archive.body,
+                Some("application/x-tar"),
+                t,
+            )
+            .await?;
+        self.decode(&reply, t)
+    }
+
+    async fn container_create(&self, spec: &ContainerSpec) -> Result<String> {
+        // The trust rule (architecture.md): inspect the pinned image and
+        // compare its ID before creating anything from it. A missing image
+        // fails here with a not-found error naming the ID.
+        self.image_inspect(&spec.image).await?;
+        let t = Target {
+            op: "container create",
+            kind: ObjectKind::Container,
+            name: &spec.name,
+        };
+        let path = format!("{API_PREFIX}/containers/create");
+        let body = serde_json::to_vec(&spec.to_libpod_json()).map_err(|e| Error::BadResponse {
+            socket: self.socket.clone(),
+            op: t.op,
+            target: spec.name.clone(),
+            reason: format!("cannot encode the spec: {e}"),
+        })?;
+        let reply = self
+            .call(
+                Method::POST,
+                &path,
+                ReqBody::Full(Some(body.into())),
+                Some("application/json"),
+                t,
+            )
+            .await?;
+        let created: CreateReply = self.decode(&reply, t)?;
+        for w in &created.warnings {
+            tracing::warn!(container = %spec.name, warning = %w, "podman warning on create");
+        }
+        if created.id.is_empty() {
+            return Err(Error::BadResponse {
+                socket: self.socket.clone(),
+                op: t.op,
+                target: spec.name.clone(),
+                reason: "no container ID in the reply".to_owned(),
+            });
+        }
+        Ok(created.id)
+    }
+
+    async fn container_start(&self, container: &str) -> Result<()> {
+        let t = ctr("container start", container);
+        let path = format!("{API_PREFIX}/containers/{}/start", encode(container));
+        // 304: already running. Starting is idempotent for us.
+        self.call(Method::POST, &path, ReqBody::empty(), None, t)
+            .await?;
+        Ok(())
+    }
+
+    async fn container_stop(&self, container: &str, grace: Duration) -> Result<()> {
+        let t = ctr("container stop", container);
+        // Podman sends the stop signal, waits `timeout` seconds, then SIGKILL.
+        // Whole seconds only: round a partial second up, never down to 0.
+        let secs = grace.as_secs() + u64::from(grace.subsec_nanos() > 0);
+        let path = format!(
+            "{API_PREFIX}/containers/{}/stop?timeout={secs}",
+            encode(container)
+        );
+        // 304: already stopped.
+        self.call(Method::POST, &path, ReqBody::empty(), None, t)
+            .await?;
+        Ok(())
+    }
+
+    async fn container_wait(&self, container: &str) -> Result<i32> {
+        let t = ctr("container wait", container);
+        let path = format!(
+            "{API_PREFIX}/containers/{}/wait?condition=exited",
+            encode(container)
+        );
+        let reply = self
+            .call(Method::POST, &path, ReqBody::empty(), None, t)
+            .await?;
+        // The libpod reply is the bare exit code, e.g. `3`.
+        let code: i64 = self.decode(&reply, t)?;
+        i32::try_from(code).map_err(|_| Error::BadResponse {
+            socket: self.socket.clone(),
+            op: t.op,
+            target: container.to_owned(),
+            reason: format!("exit code {code} out of range"),
+        })
+    }
+
+    async fn container_inspect(&self, container: &str) -> Result<ContainerInfo> {
+        let t = ctr("container inspect", container);
+        let path = format!("{API_PREFIX}/containers/{}/json", encode(container));
+        let reply = self
+            .call(Method::GET, &path, ReqBody::empty(), None, t)
+            .await?;
+        let raw: RawContainerInspect = self.decode(&reply, t)?;
+        Ok(raw.into())
+    }
+
+    async fn container_list(&self, filter: &LabelFilter) -> Result<Vec<ContainerSummary>> {
+        let t = ctr("container list", "");
+        let mut path = format!("{API_PREFIX}/containers/json?all=true");
+        if !filter.conditions().is_empty() {
+            let filters = serde_json::json!({ "label": filter.conditions() }).to_string();
+            path.push_str("&filters=");
+            path.push_str(&encode(&filters));
+        }
+        let reply = self
+            .call(Method::GET, &path, ReqBody::empty(), None, t)
+            .await?;
+        let list: Option<Vec<ContainerSummary>> = self.decode(&reply, t)?;
+        Ok(list.unwrap_or_default())
+    }
+
+    async fn container_logs(&self, container: &str, opts: &LogOptions) -> Result<Logs> {
+        let t = ctr("container logs", container);
+        let mut path = format!(
+            "{API_PREFIX}/containers/{}/logs?stdout={}&stderr={}&timestamps={}",
+            encode(container),
+            opts.stdout,
+            opts.stderr,
+            opts.timestamps
+        );
+        if let Some(n) = opts.tail {
+            path.push_str(&format!("&tail={n}"));
+        }
+        let reply = self
+            .call(Method::GET, &path, ReqBody::empty(), None, t)
+            .await?;
+        Ok(Logs {
+            chunks: demux(&reply.body),
+        })
+    }
+
+    async fn container_delete(&self, container: &str, force: bool) -> Result<()> {
+        let t = ctr("container delete", container);
+        // timeout=0: a forced delete kills at once; a graceful stop is
+        // `container_stop`'s job.
+        let path = format!(
+            "{API_PREFIX}/containers/{}?force={force}&timeout=0",
+            encode(container)
+        );
+        let reply = self
+            .call(Method::DELETE, &path, ReqBody::empty(), None, t)
+            .await?;
+        // Podman 4.x answers 200 with `[{"Id": ..., "Err": ...}]`; older and
+        // newer versions may answer 204 with no body.
+        if reply.body.is_empty() {
+            return Ok(());
+        }
+        let reports: Vec<RmReport> = self.decode(&reply, t)?;
+        for r in reports {
+            if let Some(err) = r.err.filter(|e| !e.is_empty()) {
+                return Err(Error::Api {
+                    socket: self.socket.clone(),
+                    op: t.op,
+                    target: if r.id.is_empty() {
+                        container.to_owned()
+                    } else {
+                        r.id
+                    },
+                    status: reply.status.as_u16(),
+                    message: err,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ctr<'a>(op: &'static str, name: &'a str) -> Target<'a> {
+    Target {
+        op,
+        kind: ObjectKind::Container,
+        name,
+    }
+}
+
+async fn ping_socket(socket: &Path) -> Result<PingInfo> {
+    let t = Target {
+        op: "ping",
+        kind: ObjectKind::Container,
+        name: "",
+    };
+    let reply = raw_request(
+        socket,
+        Method::GET,
+        &format!("{API_PREFIX}/_ping"),
+        ReqBody::empty(),
+        None,
+        t,
+    )
+    .await?;
+    if !reply.status.is_success() {
+        return Err(Error::Api {
+            socket: socket.to_owned(),
+            op: t.op,
+            target: String::new(),
+            status: reply.status.as_u16(),
+            message: error_message(&reply.body),
+        });
+    }
+    let header = |name: &str| {
+        reply
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let raw = header("libpod-api-version");
+    let version = check_supported(raw.as_deref(), socket)?;
+    Ok(PingInfo {
+        libpod_api_version: version,
+        libpod_api_version_raw: raw.unwrap_or_default(),
+        docker_api_version: header("api-version"),
+    })
+}
+
+async fn raw_request(
+    socket: &Path,
+    method: Method,
+    path_and_query: &str,
+    body: ReqBody,
+    content_type: Option<&'static str>,
+    t: Target<'_>,
+) -> Result<Reply> {
+    let http_err = |source| Error::Http {
+        socket: socket.to_owned(),
+        op: t.op,
+        target: t.name.to_owned(),
+        source,
+    };
+    let stream = UnixStream::connect(socket)
+        .await
+        .map_err(|source| Error::Connect {
+            socket: socket.to_owned(),
+            source,
+        })?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(http_err)?;
+    let _conn = ConnTask(tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "podman connection closed with an error");
+        }
+    }));
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path_and_query)
+        // Go's HTTP server rejects HTTP/1.1 requests without a Host header.
+        .header(HOST, "d");
+    if let Some(ct) = content_type {
+        req = req.header(CONTENT_TYPE, ct);
+    }
+    let req = req.body(body).map_err(|e| Error::BadResponse {
+        socket: socket.to_owned(),
+        op: t.op,
+        target: t.name.to_owned(),
+        reason: format!("cannot build the request {path_and_query}: {e}"),
+    })?;
+    let resp = sender.send_request(req).await.map_err(http_err)?;
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(http_err)?
+        .to_bytes();
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+/// Podman's error body is `{"cause": ..., "message": ..., "response": N}`;
+/// `message` includes the cause. Anything else: the start of the body.
+fn error_message(body: &Bytes) -> String {
+    #[derive(serde::Deserialize)]
+    struct ErrorBody {
+        #[serde(default)]
+        message: String,
+        #[serde(default)]
+        cause: String,
+    }
+    match serde_json::from_slice::<ErrorBody>(body) {
+        Ok(e) if !e.message.is_empty() => e.message,
+        Ok(e) if !e.cause.is_empty() => e.cause,
+        _ => snippet(body),
+    }
+}
+
+fn snippet(body: &Bytes) -> String {
+    const MAX: usize = 300;
+    let text = String::from_utf8_lossy(&body[..body.len().min(MAX)]);
+    let text = text.trim();
+    if text.is_empty() {
+        "(empty body)".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters, for path
+/// segments and query values.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_keeps_names_and_escapes_the_rest() {
+        assert_eq!(encode("gpuq-L1.server_0"), "gpuq-L1.server_0");
+        assert_eq!(encode("a/b c"), "a%2Fb%20c");
+        assert_eq!(
+            encode(r#"{"label":["io.gpuq.lease=L1"]}"#),
+            "%7B%22label%22%3A%5B%22io.gpuq.lease%3DL1%22%5D%7D"
+        );
+    }
+
+    #[test]
+    fn error_message_prefers_podman_message() {
+        let b = Bytes::from_static(
+            br#"{"cause":"no such container","message":"no container with name or ID \"x\" found: no such container","response":404}"#,
+        );
+        assert_eq!(
+            error_message(&b),
+            "no container with name or ID \"x\" found: no such container"
+        );
+        assert_eq!(error_message(&Bytes::from_static(b"oops\n")), "oops");
+        assert_eq!(error_message(&Bytes::new()), "(empty body)");
+    }
+}
