@@ -1,0 +1,359 @@
+//! Test harness: a real `podman system service` per test, on its own socket
+//! and storage, and a test image assembled here without a registry.
+//!
+//! Each [`PodmanService`] lives in a fresh temp dir under `/tmp`:
+//! `root/` (`--root`), `runroot/` (`--runroot`), `tmp/` (`--tmpdir`, libpod's
+//! state and events), `vartmp/` (`TMPDIR`: where `images/load` spools the
+//! archive), `containers.conf` (the settings environment.md says this host
+//! needs: runc, cgroupfs, explicit ulimits, file events) and `podman.sock`.
+//! Tests therefore run in parallel without sharing anything.
+//!
+//! On drop (also when a test panics) it removes the containers it made with
+//! the podman CLI pointed at the same storage, kills exactly the PID it
+//! started, unmounts whatever containers/storage left mounted under its temp
+//! dir (the overlay driver bind-mounts `root/overlay` onto itself; each
+//! container has a `shm` tmpfs), by path, deepest first, and removes the dir.
+//! Only the harness runs the podman binary; the crate under test never does.
+
+#![allow(dead_code)] // Each test binary uses a different part of the harness.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuq_podman::{ImageArchive, ImageId, LibpodClient, Podman};
+use sha2::{Digest, Sha256};
+
+/// The settings from shared/testing/environment.md ("Podman (rootful)"):
+/// crun fails here and Podman's default rlimits exceed the sandbox's.
+const CONTAINERS_CONF: &str = r#"[containers]
+default_ulimits = ["nofile=4096:4096", "nproc=4096:4096"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"#;
+
+/// Where the busybox-static package puts its binary.
+const BUSYBOX: &str = "/bin/busybox";
+
+/// The applets linked into the test image.
+const APPLETS: &[&str] = &["sh", "sleep", "cat", "echo", "true", "false"];
+
+/// Returns a reason to skip when podman is not installed (CI installs it).
+pub fn skip_reason() -> Option<String> {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("podman").is_file()))
+        .unwrap_or(false);
+    if found {
+        None
+    } else {
+        Some("podman is not installed (apt-get install podman runc busybox-static)".to_owned())
+    }
+}
+
+/// Starts a service, or prints why not and returns `None` when podman is not
+/// installed. Any other failure panics: a broken setup must not pass.
+pub fn service_or_skip(test: &str) -> Option<PodmanService> {
+    if let Some(reason) = skip_reason() {
+        eprintln!("SKIP {test}: {reason}");
+        return None;
+    }
+    assert!(
+        is_root(),
+        "{test}: these tests drive rootful podman and must run as root"
+    );
+    Some(PodmanService::start())
+}
+
+fn is_root() -> bool {
+    // No libc in this crate's dependencies; /proc tells us.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A running `podman system service` with its own storage.
+#[derive(Debug)]
+pub struct PodmanService {
+    dir: Option<tempfile::TempDir>,
+    child: Option<Child>,
+    pub socket: PathBuf,
+}
+
+impl PodmanService {
+    pub fn start() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gpuq-podman-test-")
+            .tempdir_in("/tmp")
+            .expect("create temp dir");
+        for sub in ["root", "runroot", "tmp", "vartmp"] {
+            std::fs::create_dir(dir.path().join(sub)).expect("create storage dirs");
+        }
+        std::fs::write(dir.path().join("containers.conf"), CONTAINERS_CONF)
+            .expect("write containers.conf");
+        let socket = dir.path().join("podman.sock");
+        let log = std::fs::File::create(dir.path().join("service.log")).expect("service log");
+        let mut svc = Self {
+            child: None,
+            socket: socket.clone(),
+            dir: Some(dir),
+        };
+        let child = svc
+            .podman()
+            .args(["system", "service", "--time=0"])
+            .arg(format!("unix://{}", socket.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn podman system service");
+        svc.child = Some(child);
+        svc.wait_ready();
+        svc
+    }
+
+    /// The temp dir holding everything of this service.
+    pub fn dir(&self) -> &Path {
+        self.dir.as_ref().expect("dir lives until drop").path()
+    }
+
+    /// A `podman` command on this service's storage (harness use only).
+    fn podman(&self) -> Command {
+        let d = self.dir();
+        let mut c = Command::new("podman");
+        c.arg("--root")
+            .arg(d.join("root"))
+            .arg("--runroot")
+            .arg(d.join("runroot"))
+            .arg("--tmpdir")
+            .arg(d.join("tmp"))
+            .env("CONTAINERS_CONF", d.join("containers.conf"))
+            .env("TMPDIR", d.join("vartmp"));
+        c
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return;
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "podman system service exited with {status} before its socket came up:\n{}",
+                    self.service_log()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "podman system service did not create {} within 30 s:\n{}",
+                    self.socket.display(),
+                    self.service_log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    pub fn service_log(&self) -> String {
+        std::fs::read_to_string(self.dir().join("service.log")).unwrap_or_default()
+    }
+
+    pub async fn client(&self) -> LibpodClient {
+        LibpodClient::connect(&self.socket)
+            .await
+            .expect("connect to the test podman service")
+    }
+
+    /// Builds the test image and loads it through the client under test.
+    pub async fn load_image(&self, client: &LibpodClient, image: &TestImage) {
+        let loaded = client
+            .image_load(ImageArchive::from_bytes(image.archive.clone()))
+            .await
+            .expect("load the test image");
+        assert!(!loaded.names.is_empty(), "load reported no names");
+    }
+
+    /// Mount points under our temp dir, deepest first.
+    fn our_mounts(&self) -> Vec<String> {
+        let prefix = self.dir().to_string_lossy().into_owned();
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut mounts: Vec<String> = mountinfo
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(unescape_mountinfo)
+            .filter(|m| m == &prefix || m.starts_with(&format!("{prefix}/")))
+            .collect();
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+        mounts.dedup();
+        mounts
+    }
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() {
+            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+impl Drop for PodmanService {
+    fn drop(&mut self) {
+        // 1. Remove every container of this storage (kills running ones;
+        //    their conmon processes exit with them).
+        let out = self
+            .podman()
+            .args(["rm", "--all", "--force", "--time", "0"])
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => eprintln!(
+                "harness: podman rm -af failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ),
+            Err(e) => eprintln!("harness: cannot run podman rm -af: {e}"),
+        }
+        // 2. Kill exactly the service we started, and reap it.
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // 3. Unmount what storage left mounted under our dir, by path.
+        for m in self.our_mounts() {
+            let ok = Command::new("umount")
+                .arg(&m)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&m).status();
+            }
+        }
+        let left = self.our_mounts();
+        if !left.is_empty() {
+            eprintln!("harness: mounts left behind: {left:?}");
+        }
+        // 4. Remove the temp dir (TempDir's drop).
+        if let Some(dir) = self.dir.take() {
+            let path = dir.path().to_owned();
+            if let Err(e) = dir.close() {
+                eprintln!("harness: cannot remove {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// A docker-archive image assembled in memory: one layer with a static
+/// busybox and applet symlinks, a config whose `Env` carries `WHICH=<variant>`
+/// so two variants have different IDs and say which one runs.
+#[derive(Debug, Clone)]
+pub struct TestImage {
+    pub id: ImageId,
+    pub archive: Vec<u8>,
+}
+
+impl TestImage {
+    pub fn build(variant: &str, tag: Option<&str>) -> Self {
+        let busybox = std::fs::read(BUSYBOX)
+            .unwrap_or_else(|e| panic!("read {BUSYBOX} (install busybox-static): {e}"));
+        let layer = layer_tar(&busybox);
+        let layer_hex = sha256_hex(&layer);
+        let arch = match std::env::consts::ARCH {
+            "x86_64" => "amd64",
+            "aarch64" => "arm64",
+            other => other,
+        };
+        let config = serde_json::json!({
+            "architecture": arch,
+            "os": "linux",
+            "created": "2026-01-01T00:00:00Z",
+            "config": {
+                "Env": ["PATH=/bin", format!("WHICH={variant}")],
+                "Cmd": ["sh"],
+                "Labels": {"io.gpuq.test-image": variant},
+            },
+            "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{layer_hex}")]},
+            "history": [{"created": "2026-01-01T00:00:00Z", "created_by": "gpuq-podman test harness"}],
+        });
+        let config = serde_json::to_vec(&config).expect("encode config");
+        let config_hex = sha256_hex(&config);
+        let repo_tags: Vec<&str> = tag.into_iter().collect();
+        let manifest = serde_json::to_vec(&serde_json::json!([{
+            "Config": format!("{config_hex}.json"),
+            "RepoTags": repo_tags,
+            "Layers": [format!("{layer_hex}.tar")],
+        }]))
+        .expect("encode manifest");
+
+        let mut outer = tar::Builder::new(Vec::new());
+        append_file(&mut outer, &format!("{config_hex}.json"), &config, 0o644);
+        append_file(&mut outer, &format!("{layer_hex}.tar"), &layer, 0o644);
+        append_file(&mut outer, "manifest.json", &manifest, 0o644);
+        let archive = outer.into_inner().expect("finish archive");
+        Self {
+            // The image ID of a docker-archive image is the digest of its config.
+            id: ImageId::parse(&format!("sha256:{config_hex}")).expect("valid id"),
+            archive,
+        }
+    }
+}
+
+fn layer_tar(busybox: &[u8]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_gnu();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    dir.set_mtime(0);
+    b.append_data(&mut dir, "bin/", std::io::empty())
+        .expect("layer dir");
+    append_file(&mut b, "bin/busybox", busybox, 0o755);
+    for applet in APPLETS {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_mode(0o777);
+        h.set_size(0);
+        h.set_mtime(0);
+        b.append_link(&mut h, format!("bin/{applet}"), "busybox")
+            .expect("layer symlink");
+    }
+    b.into_inner().expect("finish layer")
+}
+
+fn append_file<W: Write>(b: &mut tar::Builder<W>, path: &str, data: &[u8], mode: u32) {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_mode(mode);
+    h.set_size(data.len() as u64);
+    h.set_mtime(0);
+    b.append_data(&mut h, path, data).expect("append to tar");
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    Sha256::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

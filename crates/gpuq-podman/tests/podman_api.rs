@@ -1,0 +1,400 @@
+//! The libpod client against a real `podman system service`.
+//!
+//! Every test starts its own service on its own socket and storage (see
+//! `harness`), loads an image assembled in the harness through the client's
+//! image-load API, and proves one behaviour gpuq relies on.
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use gpuq_podman::{
+    lease_labels, ContainerSpec, Error, ImageId, LabelFilter, LibpodClient, LogOptions, Namespace,
+    ObjectKind, Podman, Role, LABEL_ROLE,
+};
+use harness::{service_or_skip, PodmanService, TestImage};
+
+const TAG: &str = "localhost/gpuq-test:latest";
+
+/// A service with the "a" variant of the test image loaded.
+async fn ready(test: &str) -> Option<(PodmanService, LibpodClient, TestImage)> {
+    let svc = service_or_skip(test)?;
+    let client = svc.client().await;
+    let image = TestImage::build("a", Some(TAG));
+    svc.load_image(&client, &image).await;
+    Some((svc, client, image))
+}
+
+/// A container spec like the ones gpuq makes: our labels, host network (the
+/// sandbox has no container networking, and DAOS containers use the host's).
+fn spec(name: &str, image: &TestImage, script: &str) -> ContainerSpec {
+    let mut s = ContainerSpec::new(name, image.id.clone());
+    s.command = vec!["sh".into(), "-c".into(), script.into()];
+    s.labels = lease_labels("L1", Role::Client);
+    s.network = Namespace::Host;
+    s
+}
+
+async fn run_to_exit(client: &LibpodClient, spec: &ContainerSpec) -> (String, i32) {
+    let id = client.container_create(spec).await.expect("create");
+    client.container_start(&id).await.expect("start");
+    let code = tokio::time::timeout(Duration::from_secs(60), client.container_wait(&id))
+        .await
+        .expect("container did not exit within 60 s")
+        .expect("wait");
+    (id, code)
+}
+
+#[tokio::test]
+async fn ping_reports_the_podman_version() {
+    let Some(svc) = service_or_skip("ping_reports_the_podman_version") else {
+        return;
+    };
+    let client = svc.client().await;
+    let ping = client.ping().await.expect("ping");
+    assert_eq!(ping.libpod_api_version, client.version());
+    assert!(client.version() >= gpuq_podman::MIN_API_VERSION);
+    // The header carries the Podman version: it must match the installed CLI.
+    let cli = std::process::Command::new("podman")
+        .arg("--version")
+        .output()
+        .expect("podman --version");
+    let cli = String::from_utf8_lossy(&cli.stdout);
+    assert!(
+        cli.trim().ends_with(&ping.libpod_api_version_raw),
+        "ping says {:?}, `podman --version` says {cli:?}",
+        ping.libpod_api_version_raw
+    );
+    assert!(ping.docker_api_version.is_some());
+}
+
+#[tokio::test]
+async fn create_by_full_id_start_and_wait_return_the_real_exit_code() {
+    let Some((_svc, client, image)) =
+        ready("create_by_full_id_start_and_wait_return_the_real_exit_code").await
+    else {
+        return;
+    };
+    let (ok_id, ok) = run_to_exit(&client, &spec("exit0", &image, "exit 0")).await;
+    assert_eq!(ok, 0);
+    let (three_id, three) = run_to_exit(&client, &spec("exit3", &image, "exit 3")).await;
+    assert_eq!(three, 3, "wait must return the container's own exit code");
+
+    let info = client.container_inspect(&three_id).await.expect("inspect");
+    assert_eq!(info.state.exit_code, 3);
+    assert!(!info.state.running);
+    assert_eq!(info.state.status, "exited");
+    assert_eq!(info.image_id, image.id.hex(), "created from the pinned ID");
+    assert_eq!(info.name, "exit3");
+    assert_eq!(
+        info.labels.get(LABEL_ROLE).map(String::as_str),
+        Some("client")
+    );
+    // Waiting again on an exited container answers at once, same code.
+    assert_eq!(client.container_wait(&three_id).await.expect("wait"), 3);
+    assert_eq!(client.container_wait(&ok_id).await.expect("wait"), 0);
+}
+
+#[tokio::test]
+async fn stop_kills_a_container_that_ignores_sigterm_after_the_grace_period() {
+    let Some((_svc, client, image)) =
+        ready("stop_kills_a_container_that_ignores_sigterm_after_the_grace_period").await
+    else {
+        return;
+    };
+    let s = spec("stubborn", &image, "trap '' TERM; echo ready; sleep 1000");
+    let id = client.container_create(&s).await.expect("create");
+    client.container_start(&id).await.expect("start");
+    // Starting twice is not an error.
+    client.container_start(&id).await.expect("start again");
+    // The trap must be in place before we stop it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs")
+        .stdout_lossy()
+        .contains("ready")
+    {
+        assert!(Instant::now() < deadline, "container never printed ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let grace = Duration::from_secs(2);
+    let t0 = Instant::now();
+    client.container_stop(&id, grace).await.expect("stop");
+    let took = t0.elapsed();
+    assert!(
+        took >= grace - Duration::from_millis(100),
+        "stop returned after {took:?}: SIGTERM must have been ignored for the grace period"
+    );
+    assert!(took < Duration::from_secs(20), "stop took {took:?}");
+
+    let info = client.container_inspect(&id).await.expect("inspect");
+    assert!(!info.state.running, "{:?}", info.state);
+    assert_eq!(info.state.exit_code, 137, "killed by SIGKILL: 128 + 9");
+    assert_eq!(client.container_wait(&id).await.expect("wait"), 137);
+    // Stopping a stopped container is success (idempotent cleanup).
+    client.container_stop(&id, grace).await.expect("stop again");
+}
+
+#[tokio::test]
+async fn list_by_label_finds_ours_and_not_a_container_with_another_label() {
+    let Some((_svc, client, image)) =
+        ready("list_by_label_finds_ours_and_not_a_container_with_another_label").await
+    else {
+        return;
+    };
+    let mut ours = spec("ours", &image, "true");
+    ours.labels = lease_labels("L1", Role::Server);
+    let ours_id = client.container_create(&ours).await.expect("create ours");
+    let mut other_lease = spec("other-lease", &image, "true");
+    other_lease.labels = lease_labels("L2", Role::Server);
+    let other_id = client
+        .container_create(&other_lease)
+        .await
+        .expect("create other lease");
+    let mut unlabelled = spec("someone-elses", &image, "true");
+    unlabelled.labels = [("io.example.owner".to_owned(), "alice".to_owned())].into();
+    client
+        .container_create(&unlabelled)
+        .await
+        .expect("create unlabelled");
+
+    let l1 = client
+        .container_list(&LabelFilter::lease("L1"))
+        .await
+        .expect("list L1");
+    assert_eq!(l1.len(), 1, "{l1:?}");
+    assert_eq!(l1[0].id, ours_id);
+    assert_eq!(l1[0].names, ["ours"]);
+    assert_eq!(l1[0].lease(), Some("L1"));
+    assert_eq!(l1[0].role(), Some(Role::Server));
+    assert_eq!(l1[0].image_id, image.id.hex());
+    assert_eq!(l1[0].state, "created");
+
+    let mut all_ours: Vec<String> = client
+        .container_list(&LabelFilter::ours())
+        .await
+        .expect("list ours")
+        .into_iter()
+        .map(|c| c.id)
+        .collect();
+    all_ours.sort();
+    let mut expected = vec![ours_id, other_id];
+    expected.sort();
+    assert_eq!(all_ours, expected, "the unlabelled container is not ours");
+
+    let none = client
+        .container_list(&LabelFilter::lease("L1").eq(LABEL_ROLE, "agent"))
+        .await
+        .expect("list L1 agents");
+    assert!(none.is_empty(), "{none:?}");
+    let everything = client
+        .container_list(&LabelFilter::new())
+        .await
+        .expect("list");
+    assert_eq!(everything.len(), 3);
+}
+
+#[tokio::test]
+async fn logs_are_demultiplexed_into_stdout_and_stderr() {
+    let Some((_svc, client, image)) = ready("logs_are_demultiplexed_into_stdout_and_stderr").await
+    else {
+        return;
+    };
+    let (id, code) = run_to_exit(
+        &client,
+        &spec(
+            "chatty",
+            &image,
+            "echo out1; echo err1 >&2; echo out2; echo err2 >&2",
+        ),
+    )
+    .await;
+    assert_eq!(code, 0);
+    let logs = client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs");
+    assert_eq!(logs.stdout_lossy(), "out1\nout2\n");
+    assert_eq!(logs.stderr_lossy(), "err1\nerr2\n");
+
+    let only_err = client
+        .container_logs(
+            &id,
+            &LogOptions {
+                stdout: false,
+                ..LogOptions::default()
+            },
+        )
+        .await
+        .expect("stderr logs");
+    assert_eq!(only_err.stdout_lossy(), "");
+    assert_eq!(only_err.stderr_lossy(), "err1\nerr2\n");
+}
+
+#[tokio::test]
+async fn delete_force_removes_a_running_container() {
+    let Some((_svc, client, image)) = ready("delete_force_removes_a_running_container").await
+    else {
+        return;
+    };
+    let id = client
+        .container_create(&spec("doomed", &image, "trap '' TERM; sleep 1000"))
+        .await
+        .expect("create");
+    client.container_start(&id).await.expect("start");
+    assert!(
+        client
+            .container_inspect(&id)
+            .await
+            .expect("inspect")
+            .state
+            .running
+    );
+
+    let t0 = Instant::now();
+    client.container_delete(&id, true).await.expect("delete");
+    assert!(
+        t0.elapsed() < Duration::from_secs(8),
+        "forced delete must kill at once, took {:?}",
+        t0.elapsed()
+    );
+    let err = client.container_inspect(&id).await.unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    assert!(client
+        .container_list(&LabelFilter::lease("L1"))
+        .await
+        .expect("list")
+        .is_empty());
+    // A second delete says not found, which cleanup treats as done.
+    let err = client.container_delete("doomed", true).await.unwrap_err();
+    assert!(
+        matches!(err, Error::NotFound { kind: ObjectKind::Container, ref name, .. } if name == "doomed"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_tag_or_short_id_is_refused_before_any_request() {
+    let Some((_svc, client, image)) =
+        ready("a_tag_or_short_id_is_refused_before_any_request").await
+    else {
+        return;
+    };
+    // The tag exists on this node and names the right image; it is still
+    // refused, as a configuration error, without asking Podman.
+    let short = format!("sha256:{}", &image.id.hex()[..12]);
+    for pin in [
+        TAG,
+        "gpuq-test",
+        short.as_str(),
+        &image.id.hex()[..12],
+        image.id.hex(),
+    ] {
+        let err = ImageId::parse(pin).unwrap_err();
+        assert!(err.is_config_error(), "{pin}: {err}");
+        assert!(err.to_string().contains("full ID"), "{err}");
+    }
+    // A spec cannot be built without a parsed ImageId, so nothing was created.
+    assert!(client
+        .container_list(&LabelFilter::new())
+        .await
+        .expect("list")
+        .is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_image_id_gives_a_clear_not_found_error() {
+    let Some((_svc, client, image)) =
+        ready("a_missing_image_id_gives_a_clear_not_found_error").await
+    else {
+        return;
+    };
+    let missing = TestImage::build("never-loaded", None);
+    assert_ne!(missing.id, image.id);
+    let err = client
+        .container_create(&spec("ghost", &missing, "true"))
+        .await
+        .unwrap_err();
+    match &err {
+        Error::NotFound {
+            kind: ObjectKind::Image,
+            name,
+            socket,
+            message,
+        } => {
+            assert_eq!(name, &missing.id.to_string());
+            assert_eq!(socket, &client.socket());
+            assert!(!message.is_empty());
+        }
+        other => panic!("expected image not found, got {other}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("image sha256:") && text.contains("not found"),
+        "{text}"
+    );
+    assert!(client
+        .container_list(&LabelFilter::new())
+        .await
+        .expect("list")
+        .is_empty());
+}
+
+#[tokio::test]
+async fn retagging_another_image_does_not_change_what_an_id_pinned_create_runs() {
+    let Some((svc, client, a)) =
+        ready("retagging_another_image_does_not_change_what_an_id_pinned_create_runs").await
+    else {
+        return;
+    };
+    // Someone loads a different image under the same tag.
+    let b = TestImage::build("b", Some(TAG));
+    assert_ne!(a.id, b.id);
+    svc.load_image(&client, &b).await;
+    let a_info = client.image_inspect(&a.id).await.expect("inspect a");
+    let b_info = client.image_inspect(&b.id).await.expect("inspect b");
+    assert!(!a_info.repo_tags.iter().any(|t| t == TAG), "{a_info:?}");
+    assert!(b_info.repo_tags.iter().any(|t| t == TAG), "{b_info:?}");
+    let ids: Vec<String> = client
+        .image_list()
+        .await
+        .expect("image list")
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert!(ids.contains(&a.id.hex().to_owned()) && ids.contains(&b.id.hex().to_owned()));
+
+    let (id, code) = run_to_exit(&client, &spec("pinned", &a, "echo $WHICH")).await;
+    assert_eq!(code, 0);
+    let info = client.container_inspect(&id).await.expect("inspect");
+    assert_eq!(
+        info.image_id,
+        a.id.hex(),
+        "the container runs the pinned image"
+    );
+    let logs = client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs");
+    assert_eq!(logs.stdout_lossy(), "a\n", "the pinned image's content ran");
+}
+
+#[tokio::test]
+async fn a_loaded_image_is_listed_and_inspected_by_id() {
+    let Some((_svc, client, image)) = ready("a_loaded_image_is_listed_and_inspected_by_id").await
+    else {
+        return;
+    };
+    let info = client.image_inspect(&image.id).await.expect("inspect");
+    assert_eq!(info.id, image.id.hex());
+    assert!(info.repo_tags.iter().any(|t| t == TAG), "{info:?}");
+    assert_eq!(
+        info.labels.get("io.gpuq.test-image").map(String::as_str),
+        Some("a")
+    );
+    let list = client.image_list().await.expect("list");
+    assert!(list.iter().any(|i| i.id == image.id.hex()), "{list:?}");
+}
