@@ -130,8 +130,27 @@ mod tests {
     #[test]
     fn rejects_everything_else_with_the_accepted_forms() {
         for bad in [
-            "", "h", "4x", "4hh", "1m1h", "1h1h", "-5", "1:60", "1:00:60", "1:60:00", "1-24",
-            "1-00:60", "1--1", "abc", "4 h", "1.5h", "٣h", ":", "1:", "1::2", "9999999999h",
+            "",
+            "h",
+            "4x",
+            "4hh",
+            "1m1h",
+            "1h1h",
+            "-5",
+            "1:60",
+            "1:00:60",
+            "1:60:00",
+            "1-24",
+            "1-00:60",
+            "1--1",
+            "abc",
+            "4 h",
+            "1.5h",
+            "٣h",
+            ":",
+            "1:",
+            "1::2",
+            "9999999999h",
         ] {
             let e = parse(bad).expect_err(bad);
             assert!(
@@ -146,7 +165,10 @@ mod tests {
     #[test]
     fn zero_and_too_long_are_named() {
         assert_eq!(parse("0m"), Err(DurationError::Zero("0m".into())));
-        assert_eq!(parse("00:00:00"), Err(DurationError::Zero("00:00:00".into())));
+        assert_eq!(
+            parse("00:00:00"),
+            Err(DurationError::Zero("00:00:00".into()))
+        );
         assert_eq!(parse("400d"), Err(DurationError::TooLong("400d".into())));
     }
 

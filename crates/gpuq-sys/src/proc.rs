@@ -1,1 +1,120 @@
-//! Process helpers: peer credentials, privilege drop and cgroup placement in `pre_exec`.
+//! Process helpers: the peer's supplementary groups from a unix socket, and the
+//! `pre_exec` hook that places a child in its cgroup and drops it to the
+//! submitter's identity before `exec`.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// The supplementary groups of the process at the other end of a connected
+/// unix socket, as the kernel recorded them at `connect()` (`SO_PEERGROUPS`,
+/// Linux ≥ 4.13). Unlike reading `/proc/<pid>/status`, this cannot race with
+/// the peer exiting and its PID being reused.
+pub fn peer_groups(fd: RawFd) -> io::Result<Vec<u32>> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 64];
+    loop {
+        let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+        // SAFETY: `groups` is a live, writable buffer of exactly `len` bytes;
+        // the kernel writes at most `len` bytes and updates `len`.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / std::mem::size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let err = io::Error::last_os_error();
+        // ERANGE: the buffer was too small and `len` now holds the size needed.
+        if err.raw_os_error() == Some(libc::ERANGE) && n > groups.len() && n <= 65_536 {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(err);
+    }
+}
+
+/// What the child becomes between `fork` and `exec`.
+#[derive(Debug)]
+pub struct ChildSetup {
+    /// An open `cgroup.procs` of the job's cgroup (v2). The child writes "0"
+    /// to it, which moves the writing process itself: it is in the cgroup
+    /// before it can run or fork anything.
+    pub cgroup_procs: Option<OwnedFd>,
+    /// Start a new session (and process group), detached from the broker's.
+    pub new_session: bool,
+    /// Drop to this identity: (uid, primary gid, supplementary groups).
+    pub identity: Option<(u32, u32, Vec<u32>)>,
+    /// Change to this directory *after* dropping privileges, so that the
+    /// user's own permissions decide whether it may.
+    pub cwd: Option<CString>,
+}
+
+/// Install `setup` as a `pre_exec` hook on `cmd`.
+///
+/// The hook only makes async-signal-safe syscalls on data prepared before
+/// the fork (no allocation, no locks), as `fork` in a threaded process
+/// requires. Do not combine with `Command::uid`/`gid`/`current_dir`: std runs
+/// those *before* this hook, and its `uid` resets the supplementary groups.
+pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
+    let ChildSetup {
+        cgroup_procs,
+        new_session,
+        identity,
+        cwd,
+    } = setup;
+    let cgroup_fd = cgroup_procs;
+    let ident: Option<(libc::uid_t, libc::gid_t, Vec<libc::gid_t>)> = identity;
+    let hook = move || -> io::Result<()> {
+        if let Some(fd) = &cgroup_fd {
+            let zero = b"0";
+            // SAFETY: writes 1 byte from a static buffer to an fd we own.
+            let n = unsafe { libc::write(fd.as_raw_fd(), zero.as_ptr().cast(), zero.len()) };
+            if n != 1 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if new_session {
+            // SAFETY: setsid takes no arguments; the result is checked.
+            if unsafe { libc::setsid() } < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if let Some((uid, gid, groups)) = &ident {
+            // Order matters: groups and gid while we still are root, uid last.
+            // SAFETY: `groups` outlives the call; its length is passed with it.
+            if unsafe { libc::setgroups(groups.len(), groups.as_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: plain integer argument; result checked.
+            if unsafe { libc::setresgid(*gid, *gid, *gid) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: plain integer argument; result checked.
+            if unsafe { libc::setresuid(*uid, *uid, *uid) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        if let Some(dir) = &cwd {
+            // SAFETY: `dir` is a valid NUL-terminated string owned by the closure.
+            if unsafe { libc::chdir(dir.as_ptr()) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook above only performs async-signal-safe syscalls
+    // (write, setsid, setgroups, setresgid, setresuid, chdir) on memory that
+    // was allocated before the fork; it allocates nothing and takes no locks.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}

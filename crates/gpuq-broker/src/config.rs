@@ -1,0 +1,272 @@
+//! `broker.toml`: the broker's configuration.
+//!
+//! Every key is named in `config/cxl2.toml`, which documents it. Unknown keys
+//! are errors (a typo must not silently fall back to a default), and every
+//! error names the file, the key and what was expected. The file must be
+//! owned by root and not writable by group or others (sshd's StrictModes
+//! rule): whoever can write it decides what runs as root.
+
+use gpuq_protocol::duration;
+use serde::Deserialize;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+pub const DEFAULT_CONFIG: &str = "/etc/gpuqueue-daos/broker.toml";
+pub const DEFAULT_SOCKET: &str = "/run/gpuq/broker.sock";
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config {path}: key `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        message: String,
+    },
+    #[error("config {path} is unsafe: {why}\nhint: `chown root:root {path} && chmod go-w {path}` (and the same for its directory)")]
+    Unsafe { path: PathBuf, why: String },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunnerKind {
+    /// A transient systemd unit per job, through systemd's D-Bus API.
+    Systemd,
+    /// Fork + own cgroup v2 directory, for hosts without systemd (tests, demo).
+    Direct,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuKind {
+    /// Ask NVML (libnvidia-ml, loaded at run time) for compute processes.
+    Nvml,
+    /// No GPU on this host: the GPU is always idle.
+    None,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    broker: RawBroker,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBroker {
+    socket: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    log_root: Option<PathBuf>,
+    maintenance_file: Option<PathBuf>,
+    runner: Option<RunnerKind>,
+    cgroup_parent: Option<PathBuf>,
+    gpu: Option<GpuKind>,
+    default_time: Option<String>,
+    max_time: Option<String>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Where this configuration came from (for messages).
+    pub source: PathBuf,
+    pub socket: PathBuf,
+    pub state_dir: PathBuf,
+    pub log_root: PathBuf,
+    pub maintenance_file: PathBuf,
+    pub runner: RunnerKind,
+    pub cgroup_parent: PathBuf,
+    pub gpu: GpuKind,
+    pub default_time_secs: u64,
+    pub max_time_secs: u64,
+}
+
+impl BrokerConfig {
+    /// Read, check ownership/permissions, parse and validate.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        check_ownership(path)?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Parse and validate text that came from `path` (no file-system checks).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            // toml's message names the key and the line; keep it on one line.
+            message: e
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        })?;
+        let b = raw.broker;
+        let invalid = |key, message: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            message,
+        };
+        let abs = |key: &'static str, p: Option<PathBuf>, default: &str| {
+            let p = p.unwrap_or_else(|| PathBuf::from(default));
+            if p.is_absolute() {
+                Ok(p)
+            } else {
+                Err(invalid(
+                    key,
+                    format!("expected an absolute path, got '{}'", p.display()),
+                ))
+            }
+        };
+        let dur = |key: &'static str, v: Option<String>, default: &str| {
+            let v = v.unwrap_or_else(|| default.to_string());
+            duration::parse(&v).map_err(|e| invalid(key, e.to_string()))
+        };
+        let cfg = BrokerConfig {
+            source: path.to_path_buf(),
+            socket: abs("broker.socket", b.socket, DEFAULT_SOCKET)?,
+            state_dir: abs("broker.state_dir", b.state_dir, "/var/lib/gpuqueue-daos")?,
+            log_root: abs("broker.log_root", b.log_root, "/mnt/nvme1/gpuqueue/logs")?,
+            maintenance_file: abs(
+                "broker.maintenance_file",
+                b.maintenance_file,
+                "/etc/gpuqueue-daos/maintenance.json",
+            )?,
+            runner: b.runner.unwrap_or(RunnerKind::Systemd),
+            cgroup_parent: abs(
+                "broker.cgroup_parent",
+                b.cgroup_parent,
+                "/sys/fs/cgroup/gpuq",
+            )?,
+            gpu: b.gpu.unwrap_or(GpuKind::Nvml),
+            default_time_secs: dur("broker.default_time", b.default_time, "4h")?,
+            max_time_secs: dur("broker.max_time", b.max_time, "7d")?,
+        };
+        if cfg.default_time_secs > cfg.max_time_secs {
+            return Err(invalid(
+                "broker.default_time",
+                format!(
+                    "{} is longer than broker.max_time {}",
+                    duration::format(cfg.default_time_secs),
+                    duration::format(cfg.max_time_secs)
+                ),
+            ));
+        }
+        Ok(cfg)
+    }
+}
+
+/// Refuse a config file that someone other than root could have written:
+/// the file and its directory must be owned by root and not group- or
+/// world-writable (a sticky directory such as /tmp is accepted for the directory).
+pub fn check_ownership(path: &Path) -> Result<(), ConfigError> {
+    let unsafe_err = |why: String| ConfigError::Unsafe {
+        path: path.to_path_buf(),
+        why,
+    };
+    let meta = std::fs::symlink_metadata(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(unsafe_err(
+            "not a regular file (symlinks are refused)".into(),
+        ));
+    }
+    if meta.uid() != 0 {
+        return Err(unsafe_err(format!("owned by uid {}, not root", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_err(format!(
+            "mode {:o} lets group or others write it",
+            meta.mode() & 0o7777
+        )));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dmeta = std::fs::metadata(dir).map_err(|source| ConfigError::Read {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    if dmeta.uid() != 0 {
+        return Err(unsafe_err(format!(
+            "its directory {} is owned by uid {}, not root",
+            dir.display(),
+            dmeta.uid()
+        )));
+    }
+    let sticky = dmeta.mode() & 0o1000 != 0;
+    if dmeta.mode() & 0o022 != 0 && !sticky {
+        return Err(unsafe_err(format!(
+            "its directory {} (mode {:o}) is writable by group or others",
+            dir.display(),
+            dmeta.mode() & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<BrokerConfig, ConfigError> {
+        BrokerConfig::parse(Path::new("/etc/gpuqueue-daos/broker.toml"), text)
+    }
+
+    #[test]
+    fn defaults_fill_missing_keys() {
+        let c = parse("[broker]\n").unwrap();
+        assert_eq!(c.socket, PathBuf::from("/run/gpuq/broker.sock"));
+        assert_eq!(c.log_root, PathBuf::from("/mnt/nvme1/gpuqueue/logs"));
+        assert_eq!(c.runner, RunnerKind::Systemd);
+        assert_eq!(c.gpu, GpuKind::Nvml);
+        assert_eq!(c.default_time_secs, 4 * 3600);
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_key() {
+        let e = parse("[broker]\nsokcet = \"/x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/etc/gpuqueue-daos/broker.toml"), "{e}");
+        assert!(e.contains("sokcet"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_expectation() {
+        let e = parse("[broker]\ndefault_time = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("broker.default_time") && e.contains("1h30m"),
+            "{e}"
+        );
+        let e = parse("[broker]\nstate_dir = \"var/lib\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("broker.state_dir") && e.contains("absolute"),
+            "{e}"
+        );
+        let e = parse("[broker]\nrunner = \"ts\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("runner") && e.contains("systemd"), "{e}");
+        let e = parse("[broker]\ndefault_time = \"8d\"\nmax_time=\"1d\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_time"), "{e}");
+    }
+}

@@ -1,0 +1,90 @@
+//! The gpuq broker as a library: the queue, its store and policy, the job
+//! runners, the GPU gate and the HTTP API. The `gpuq-broker` binary only
+//! parses its flags and calls [`run`].
+
+pub mod broker;
+pub mod config;
+pub mod error;
+pub mod fsutil;
+pub mod gpu;
+pub mod joblog;
+pub mod policy;
+pub mod runner;
+pub mod server;
+pub mod store;
+
+use anyhow::Context;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Seconds since the epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Bring the broker up on `cfg` and serve until the process is stopped.
+/// `shim` is the executable that has the `job-shim` verb (the broker itself).
+pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&cfg.state_dir)
+        .with_context(|| format!("create state_dir {}", cfg.state_dir.display()))?;
+    std::fs::set_permissions(&cfg.state_dir, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("chmod state_dir {}", cfg.state_dir.display()))?;
+    let store = store::Store::open(&cfg.state_dir.join("queue.db"))?;
+    let runner: Arc<dyn runner::Runner> = match cfg.runner {
+        config::RunnerKind::Direct => Arc::new(
+            runner::direct::DirectRunner::new(
+                cfg.cgroup_parent.clone(),
+                cfg.state_dir.join("run"),
+                shim,
+            )
+            .with_context(|| format!("broker.cgroup_parent in {}", cfg.source.display()))?,
+        ),
+        config::RunnerKind::Systemd => Arc::new(runner::systemd::SystemdRunner::connect().await?),
+    };
+    let gpu: Arc<dyn gpu::GpuProbe> = match cfg.gpu {
+        config::GpuKind::None => Arc::new(gpu::NoGpu),
+        config::GpuKind::Nvml => Arc::new(gpu::Nvml::new()),
+    };
+    let listener = bind(&cfg.socket)?;
+    let broker = broker::Broker::new(cfg, store, runner, gpu);
+    broker.recover().await?;
+    tokio::spawn(Arc::clone(&broker).run_scheduler());
+    tracing::info!(socket = %broker.config().socket.display(), "gpuq-broker ready");
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
+    server::serve(listener, broker).await;
+    Ok(())
+}
+
+/// Bind the world-connectable API socket (authorisation is per request, by
+/// the peer's credentials). A stale socket file is replaced; anything else
+/// at that path is an error.
+fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            if std::os::unix::net::UnixStream::connect(path).is_ok() {
+                anyhow::bail!(
+                    "{} is in use: another gpuq-broker is running on it",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)?;
+        }
+        Ok(_) => anyhow::bail!(
+            "{} exists and is not a socket; refusing to replace it",
+            path.display()
+        ),
+        Err(_) => {}
+    }
+    let l =
+        tokio::net::UnixListener::bind(path).with_context(|| format!("bind {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(l)
+}

@@ -1,0 +1,244 @@
+//! The systemd runner: one transient unit `gpuq-job-<id>.service` per job,
+//! created with `StartTransientUnit` on systemd's D-Bus API (no
+//! `systemd-run` subprocess). systemd gives the unit its own cgroup, so
+//! `KillUnit(..., "all", SIGKILL)` ends the whole tree.
+//!
+//! The unit runs the user's command through `/bin/sh -c 'exec "$@"'` so that
+//! a command name is looked up in the user's own `PATH` (transient units need
+//! an absolute `ExecStart`). `RemainAfterExit=yes` keeps the unit — and its
+//! `ExecMainCode`/`ExecMainStatus` — after the main process ends, also while
+//! the broker is restarting; the broker stops and resets it after reading
+//! the status.
+//!
+//! **Test status:** this machine's PID 1 is not systemd and has no system
+//! bus, so this runner is compiled and reviewed but not exercised by the
+//! test suite here (see docs/testing.md).
+
+use super::{JobSpec, Outcome, Runner, RunnerError};
+use async_trait::async_trait;
+use gpuq_protocol::JobId;
+use std::fs::File;
+use std::time::Duration;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
+
+const DEST: &str = "org.freedesktop.systemd1";
+const PATH: &str = "/org/freedesktop/systemd1";
+const MANAGER: &str = "org.freedesktop.systemd1.Manager";
+const POLL: Duration = Duration::from_millis(250);
+
+#[derive(Debug)]
+pub struct SystemdRunner {
+    conn: zbus::Connection,
+}
+
+fn unit_name(id: JobId) -> String {
+    format!("gpuq-job-{id}.service")
+}
+
+fn err(e: zbus::Error) -> RunnerError {
+    RunnerError::Systemd(e.to_string())
+}
+
+impl SystemdRunner {
+    pub async fn connect() -> Result<Self, RunnerError> {
+        let conn = zbus::Connection::system().await.map_err(|e| {
+            RunnerError::Systemd(format!(
+                "cannot reach the system bus ({e}); on a host without systemd set broker.runner = \"direct\""
+            ))
+        })?;
+        Ok(SystemdRunner { conn })
+    }
+
+    async fn manager<B>(&self, method: &str, body: &B) -> Result<zbus::Message, zbus::Error>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+    {
+        self.conn
+            .call_method(Some(DEST), PATH, Some(MANAGER), method, body)
+            .await
+    }
+
+    /// The unit's object path, or `None` if systemd does not know it.
+    async fn unit(&self, id: JobId) -> Result<Option<OwnedObjectPath>, RunnerError> {
+        match self.manager("GetUnit", &(unit_name(id),)).await {
+            Ok(m) => Ok(Some(m.body().deserialize().map_err(err)?)),
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == "org.freedesktop.systemd1.NoSuchUnit" =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    async fn prop(
+        &self,
+        path: &OwnedObjectPath,
+        iface: &str,
+        name: &str,
+    ) -> Result<OwnedValue, RunnerError> {
+        let m = self
+            .conn
+            .call_method(
+                Some(DEST),
+                path.as_str(),
+                Some("org.freedesktop.DBus.Properties"),
+                "Get",
+                &(iface, name),
+            )
+            .await
+            .map_err(err)?;
+        m.body().deserialize::<OwnedValue>().map_err(err)
+    }
+
+    async fn string_prop(
+        &self,
+        path: &OwnedObjectPath,
+        iface: &str,
+        name: &str,
+    ) -> Result<String, RunnerError> {
+        let v = self.prop(path, iface, name).await?;
+        String::try_from(v).map_err(|e| RunnerError::Systemd(format!("{name}: {e}")))
+    }
+
+    async fn int_prop(
+        &self,
+        path: &OwnedObjectPath,
+        iface: &str,
+        name: &str,
+    ) -> Result<i32, RunnerError> {
+        let v = self.prop(path, iface, name).await?;
+        i32::try_from(v).map_err(|e| RunnerError::Systemd(format!("{name}: {e}")))
+    }
+
+    /// (ActiveState, SubState), or `None` when the unit is gone.
+    async fn states(&self, id: JobId) -> Result<Option<(String, String)>, RunnerError> {
+        let Some(path) = self.unit(id).await? else {
+            return Ok(None);
+        };
+        let unit = "org.freedesktop.systemd1.Unit";
+        Ok(Some((
+            self.string_prop(&path, unit, "ActiveState").await?,
+            self.string_prop(&path, unit, "SubState").await?,
+        )))
+    }
+}
+
+#[async_trait]
+impl Runner for SystemdRunner {
+    fn name(&self) -> &'static str {
+        "systemd"
+    }
+
+    async fn start(&self, spec: &JobSpec, _log: File) -> Result<(), RunnerError> {
+        let log = spec.log_path.display().to_string();
+        let mut argv = vec![
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            "exec \"$@\"".to_string(),
+            format!("gpuq-job-{}", spec.id),
+        ];
+        argv.extend(spec.argv.iter().cloned());
+        let exec: Vec<(String, Vec<String>, bool)> = vec![("/bin/sh".to_string(), argv, false)];
+        let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let groups: Vec<String> = spec.groups.iter().map(|g| g.to_string()).collect();
+        // A backstop only: the broker enforces the limit itself.
+        let runtime_max_usec = (spec.time_limit_secs + 300) * 1_000_000;
+        let props: Vec<(&str, Value<'_>)> = vec![
+            ("Description", Value::from(format!("gpuq job {}", spec.id))),
+            ("ExecStart", Value::from(exec)),
+            ("Type", Value::from("exec")),
+            ("RemainAfterExit", Value::from(true)),
+            ("KillMode", Value::from("control-group")),
+            ("User", Value::from(spec.uid.to_string())),
+            ("Group", Value::from(spec.gid.to_string())),
+            ("SupplementaryGroups", Value::from(groups)),
+            ("WorkingDirectory", Value::from(spec.cwd.clone())),
+            ("Environment", Value::from(env)),
+            ("StandardInput", Value::from("null")),
+            ("StandardOutputFileToAppend", Value::from(log.clone())),
+            ("StandardErrorFileToAppend", Value::from(log)),
+            ("RuntimeMaxUSec", Value::from(runtime_max_usec)),
+        ];
+        let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = vec![];
+        self.manager(
+            "StartTransientUnit",
+            &(unit_name(spec.id), "fail", props, aux),
+        )
+        .await
+        .map_err(err)?;
+        Ok(())
+    }
+
+    async fn alive(&self, id: JobId) -> Result<bool, RunnerError> {
+        Ok(match self.states(id).await? {
+            None => false,
+            Some((active, sub)) => {
+                matches!(active.as_str(), "active" | "activating" | "deactivating")
+                    && sub != "exited"
+            }
+        })
+    }
+
+    async fn wait(&self, id: JobId) -> Result<Option<Outcome>, RunnerError> {
+        loop {
+            match self.states(id).await? {
+                None => return Ok(None),
+                Some((active, sub))
+                    if sub == "exited" || active == "failed" || active == "inactive" =>
+                {
+                    break
+                }
+                Some(_) => tokio::time::sleep(POLL).await,
+            }
+        }
+        let outcome = match self.unit(id).await? {
+            None => None,
+            Some(path) => {
+                let svc = "org.freedesktop.systemd1.Service";
+                let code = self.int_prop(&path, svc, "ExecMainCode").await?;
+                let status = self.int_prop(&path, svc, "ExecMainStatus").await?;
+                match code {
+                    1 => Some(Outcome {
+                        exit_code: Some(status),
+                        signal: None,
+                    }),
+                    2 | 3 => Some(Outcome {
+                        exit_code: None,
+                        signal: Some(status),
+                    }),
+                    _ => None,
+                }
+            }
+        };
+        // The job's other processes end with its main process.
+        self.kill(id).await?;
+        Ok(outcome)
+    }
+
+    async fn kill(&self, id: JobId) -> Result<(), RunnerError> {
+        if self.unit(id).await?.is_none() {
+            return Ok(());
+        }
+        let _ = self
+            .manager("KillUnit", &(unit_name(id), "all", libc::SIGKILL))
+            .await;
+        let _ = self.manager("StopUnit", &(unit_name(id), "replace")).await;
+        for _ in 0..200 {
+            match self.states(id).await? {
+                None => return Ok(()),
+                Some((active, _)) if active == "inactive" || active == "failed" => return Ok(()),
+                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        Err(RunnerError::State {
+            id,
+            what: format!("{} did not stop within 10s", unit_name(id)),
+        })
+    }
+
+    async fn release(&self, id: JobId) -> Result<(), RunnerError> {
+        let _ = self.manager("ResetFailedUnit", &(unit_name(id),)).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,188 @@
+//! HTTP/1.1 + JSON on a unix socket. Every request is attributed to the
+//! peer's UID/GID/groups as the kernel reports them for the connection; the
+//! request body never says who is asking.
+
+use crate::broker::{Broker, Peer};
+use crate::error::ApiError;
+use bytes::Bytes;
+use gpuq_protocol::{routes, JobId, LockRequest, SubmitRequest};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UnixListener;
+
+/// Largest request body accepted (a submit carries the user's environment).
+pub const MAX_BODY: usize = 1024 * 1024;
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed()
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response<Body> {
+    let body = serde_json::to_vec(v).unwrap_or_default();
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(body))
+        .unwrap_or_else(|_| Response::new(full("")))
+}
+
+fn error(e: &ApiError) -> Response<Body> {
+    let (status, _) = e.status_and_code();
+    json(status, &e.body())
+}
+
+/// Accept connections until the process ends. Takes a bound listener (so
+/// tests and socket activation can hand one in).
+pub async fn serve(listener: UnixListener, broker: Arc<Broker>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let peer = match stream.peer_cred() {
+            Ok(c) => Peer {
+                uid: c.uid(),
+                gid: c.gid(),
+                pid: c.pid(),
+                groups: gpuq_sys::proc::peer_groups(stream.as_raw_fd()).unwrap_or_default(),
+            },
+            Err(e) => {
+                tracing::warn!("peer credentials: {e}; dropping connection");
+                continue;
+            }
+        };
+        let broker = Arc::clone(&broker);
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let broker = Arc::clone(&broker);
+                let peer = peer.clone();
+                async move { Ok::<_, Infallible>(handle(&broker, &peer, req).await) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!("connection: {e}");
+            }
+        });
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
+    if let Some(len) = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        if len > MAX_BODY {
+            return Err(ApiError::TooLarge(MAX_BODY));
+        }
+    }
+    let bytes = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| ApiError::TooLarge(MAX_BODY))?
+        .to_bytes();
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
+}
+
+fn query_flag(req: &Request<Incoming>, name: &str) -> bool {
+    req.uri()
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .any(|kv| kv == name || kv == format!("{name}=1") || kv == format!("{name}=true"))
+}
+
+async fn handle(broker: &Arc<Broker>, peer: &Peer, req: Request<Incoming>) -> Response<Body> {
+    match route(broker, peer, req).await {
+        Ok(resp) => resp,
+        Err(e) => {
+            tracing::debug!(uid = peer.uid, "refused: {e}");
+            error(&e)
+        }
+    }
+}
+
+async fn route(
+    broker: &Arc<Broker>,
+    peer: &Peer,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let job_id = |s: &str| s.parse::<JobId>().map_err(ApiError::BadRequest);
+    match (method, segments.as_slice()) {
+        (Method::GET, ["v1", "jobs"]) => {
+            let all = query_flag(&req, "all");
+            Ok(json(StatusCode::OK, &broker.list(all)?))
+        }
+        (Method::POST, ["v1", "jobs"]) => {
+            let body: SubmitRequest = read_json(req).await?;
+            Ok(json(StatusCode::CREATED, &broker.submit(peer, body)?))
+        }
+        (Method::GET, ["v1", "jobs", id]) => Ok(json(StatusCode::OK, &broker.job(job_id(id)?)?)),
+        (Method::POST, ["v1", "jobs", id, "cancel"]) => {
+            let id = job_id(id)?;
+            Ok(json(StatusCode::OK, &broker.cancel(peer, id).await?))
+        }
+        (Method::GET, ["v1", "jobs", id, "log"]) => {
+            let follow = query_flag(&req, "follow");
+            let rx = broker.log_stream(peer, job_id(id)?, follow)?;
+            let body = BodyExt::boxed(ChunkBody(rx));
+            Ok(Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(body)
+                .unwrap_or_else(|_| Response::new(full(""))))
+        }
+        (Method::GET, ["v1", "status"]) => Ok(json(StatusCode::OK, &broker.status()?)),
+        (Method::GET, ["v1", "lock"]) => Ok(json(StatusCode::OK, &broker.lock_state())),
+        (Method::POST, ["v1", "lock"]) => {
+            if !peer.is_root() {
+                // Refuse before reading the body.
+                return Err(ApiError::Forbidden(
+                    "only root may lock the queue: run `sudo gpuq lock --reason ...`".into(),
+                ));
+            }
+            let body: LockRequest = read_json(req).await?;
+            Ok(json(StatusCode::OK, &broker.lock(peer, &body.reason)?))
+        }
+        (Method::DELETE, ["v1", "lock"]) => Ok(json(StatusCode::OK, &broker.unlock(peer)?)),
+        (m, _) => Err(ApiError::NoRoute(format!(
+            "{m} {path} (see {})",
+            routes::JOBS
+        ))),
+    }
+}
+
+/// A response body fed chunk by chunk from a channel (log streaming): the
+/// broker never holds more than a few chunks of a log in memory.
+struct ChunkBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChunkBody {
+    type Data = Bytes;
+    type Error = Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
+    }
+}

@@ -1,0 +1,455 @@
+//! The job store: SQLite (bundled), WAL, `synchronous=FULL`.
+//!
+//! A submission is committed — and so on disk — before the broker answers
+//! the client, and every state change is committed before the broker acts on
+//! it. State changes are conditional updates (`WHERE state = 'queued'`), so a
+//! job can move from `queued` to `running` exactly once: a job is never run
+//! twice, even across crashes.
+
+use gpuq_protocol::{JobId, JobState, JobView};
+use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("job store {path}: {source}")]
+    Sqlite {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    #[error("job store {path}: corrupt row for job {id}: {what}")]
+    Corrupt {
+        path: PathBuf,
+        id: u64,
+        what: String,
+    },
+}
+
+/// Everything the broker keeps about a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub id: JobId,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub user: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub name: Option<String>,
+    pub inst: Option<String>,
+    pub stor: Option<String>,
+    pub time_limit_secs: u64,
+    pub state: JobState,
+    pub submitted_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: Option<i64>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub log_path: PathBuf,
+}
+
+impl Job {
+    pub fn view(&self) -> JobView {
+        JobView {
+            id: self.id,
+            uid: self.uid,
+            user: self.user.clone(),
+            state: self.state,
+            name: self.name.clone(),
+            argv: self.argv.clone(),
+            cwd: self.cwd.clone(),
+            inst: self.inst.clone(),
+            stor: self.stor.clone(),
+            submitted_at: self.submitted_at,
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            time_limit_secs: self.time_limit_secs,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            reason: self.reason.clone(),
+            log_path: self.log_path.display().to_string(),
+        }
+    }
+}
+
+/// A job about to be stored; `log_path` is derived from the assigned ID.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub user: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub name: Option<String>,
+    pub inst: Option<String>,
+    pub stor: Option<String>,
+    pub time_limit_secs: u64,
+    pub submitted_at: i64,
+}
+
+/// How a job ended, as recorded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ending {
+    pub state: JobState,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub ended_at: i64,
+}
+
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS jobs (
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
+    uid          INTEGER NOT NULL,
+    gid          INTEGER NOT NULL,
+    groups       TEXT    NOT NULL,
+    user         TEXT    NOT NULL,
+    argv         TEXT    NOT NULL,
+    cwd          TEXT    NOT NULL,
+    env          TEXT    NOT NULL,
+    name         TEXT,
+    inst         TEXT,
+    stor         TEXT,
+    time_limit   INTEGER NOT NULL,
+    state        TEXT    NOT NULL,
+    submitted_at INTEGER NOT NULL,
+    started_at   INTEGER,
+    ended_at     INTEGER,
+    exit_code    INTEGER,
+    signal       INTEGER,
+    reason       TEXT,
+    log_path     TEXT    NOT NULL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+";
+
+const COLUMNS: &str = "id, uid, gid, groups, user, argv, cwd, env, name, inst, stor, time_limit, \
+                       state, submitted_at, started_at, ended_at, exit_code, signal, reason, log_path";
+
+impl Store {
+    /// Open (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let err = |source| StoreError::Sqlite {
+            path: path.to_path_buf(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(err)?;
+        // WAL + FULL: a commit is on disk (WAL fsynced) when `execute` returns.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(err)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(err)?;
+        conn.execute_batch(SCHEMA).map_err(err)?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, StoreError> {
+        // A poisoned lock means a panic mid-call; SQLite rolled the statement
+        // back, so the connection itself is still consistent.
+        let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut conn).map_err(|source| StoreError::Sqlite {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Store a new queued job durably; returns the stored job.
+    pub fn insert(&self, new: &NewJob, log_root: &Path) -> Result<Job, StoreError> {
+        let id = self.with(|c| {
+            let tx = c.transaction()?;
+            tx.execute(
+                "INSERT INTO jobs (uid, gid, groups, user, argv, cwd, env, name, inst, stor,
+                                   time_limit, state, submitted_at, log_path)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 'queued', ?12, '')",
+                params![
+                    new.uid,
+                    new.gid,
+                    json(&new.groups),
+                    new.user,
+                    json(&new.argv),
+                    new.cwd,
+                    json(&new.env),
+                    new.name,
+                    new.inst,
+                    new.stor,
+                    new.time_limit_secs as i64,
+                    new.submitted_at,
+                ],
+            )?;
+            let id = tx.last_insert_rowid();
+            let log = log_path(log_root, new.uid, JobId(id as u64));
+            tx.execute(
+                "UPDATE jobs SET log_path = ?1 WHERE id = ?2",
+                params![log.display().to_string(), id],
+            )?;
+            tx.commit()?;
+            Ok(id)
+        })?;
+        self.get(JobId(id as u64))?
+            .ok_or_else(|| StoreError::Corrupt {
+                path: self.path.clone(),
+                id: id as u64,
+                what: "vanished right after insert".into(),
+            })
+    }
+
+    pub fn get(&self, id: JobId) -> Result<Option<Job>, StoreError> {
+        let row = self.with(|c| {
+            c.query_row(
+                &format!("SELECT {COLUMNS} FROM jobs WHERE id = ?1"),
+                params![id.0 as i64],
+                RawJob::from_row,
+            )
+            .optional()
+        })?;
+        row.map(|r| r.into_job(&self.path)).transpose()
+    }
+
+    /// Jobs in `states`, oldest first. `limit` bounds the number returned (newest kept).
+    pub fn by_state(&self, states: &[JobState]) -> Result<Vec<Job>, StoreError> {
+        let list = states
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let rows = self.with(|c| {
+            let mut st = c.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM jobs WHERE state IN ({list}) ORDER BY id"
+            ))?;
+            let rows = st.query_map([], RawJob::from_row)?;
+            rows.collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.into_iter().map(|r| r.into_job(&self.path)).collect()
+    }
+
+    /// Every job, oldest first.
+    pub fn all(&self) -> Result<Vec<Job>, StoreError> {
+        let rows = self.with(|c| {
+            let mut st = c.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id"))?;
+            let rows = st.query_map([], RawJob::from_row)?;
+            rows.collect::<Result<Vec<_>, _>>()
+        })?;
+        rows.into_iter().map(|r| r.into_job(&self.path)).collect()
+    }
+
+    /// `queued` → `running`, durably. False if the job was not queued any more
+    /// (cancelled meanwhile): then it must not be started.
+    pub fn mark_running(&self, id: JobId, at: i64) -> Result<bool, StoreError> {
+        let n = self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = 'running', started_at = ?1 WHERE id = ?2 AND state = 'queued'",
+                params![at, id.0 as i64],
+            )
+        })?;
+        Ok(n == 1)
+    }
+
+    /// Record how a job ended, if it was in `from`. False if it was not.
+    pub fn finish(&self, id: JobId, from: JobState, end: &Ending) -> Result<bool, StoreError> {
+        let n = self.with(|c| {
+            c.execute(
+                "UPDATE jobs SET state = ?1, exit_code = ?2, signal = ?3, reason = ?4, ended_at = ?5
+                 WHERE id = ?6 AND state = ?7",
+                params![
+                    end.state.as_str(),
+                    end.exit_code,
+                    end.signal,
+                    end.reason,
+                    end.ended_at,
+                    id.0 as i64,
+                    from.as_str()
+                ],
+            )
+        })?;
+        Ok(n == 1)
+    }
+}
+
+/// `<log_root>/<uid>/gpuq-<id>.log`
+pub fn log_path(log_root: &Path, uid: u32, id: JobId) -> PathBuf {
+    log_root
+        .join(uid.to_string())
+        .join(format!("gpuq-{id}.log"))
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    // Serialising plain vectors of strings/integers cannot fail.
+    serde_json::to_string(v).unwrap_or_default()
+}
+
+struct RawJob {
+    id: i64,
+    uid: i64,
+    gid: i64,
+    groups: String,
+    user: String,
+    argv: String,
+    cwd: String,
+    env: String,
+    name: Option<String>,
+    inst: Option<String>,
+    stor: Option<String>,
+    time_limit: i64,
+    state: String,
+    submitted_at: i64,
+    started_at: Option<i64>,
+    ended_at: Option<i64>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    reason: Option<String>,
+    log_path: String,
+}
+
+impl RawJob {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<Self> {
+        Ok(RawJob {
+            id: r.get(0)?,
+            uid: r.get(1)?,
+            gid: r.get(2)?,
+            groups: r.get(3)?,
+            user: r.get(4)?,
+            argv: r.get(5)?,
+            cwd: r.get(6)?,
+            env: r.get(7)?,
+            name: r.get(8)?,
+            inst: r.get(9)?,
+            stor: r.get(10)?,
+            time_limit: r.get(11)?,
+            state: r.get(12)?,
+            submitted_at: r.get(13)?,
+            started_at: r.get(14)?,
+            ended_at: r.get(15)?,
+            exit_code: r.get(16)?,
+            signal: r.get(17)?,
+            reason: r.get(18)?,
+            log_path: r.get(19)?,
+        })
+    }
+
+    fn into_job(self, path: &Path) -> Result<Job, StoreError> {
+        let id = self.id as u64;
+        let corrupt = |what: String| StoreError::Corrupt {
+            path: path.to_path_buf(),
+            id,
+            what,
+        };
+        let parse = |field: &str, text: &str| -> Result<serde_json::Value, StoreError> {
+            serde_json::from_str(text).map_err(|e| corrupt(format!("{field}: {e}")))
+        };
+        let from = |field: &str, text: &str| -> Result<_, StoreError> { Ok(parse(field, text)?) };
+        let groups: Vec<u32> = serde_json::from_value(from("groups", &self.groups)?)
+            .map_err(|e| corrupt(format!("groups: {e}")))?;
+        let argv: Vec<String> = serde_json::from_value(from("argv", &self.argv)?)
+            .map_err(|e| corrupt(format!("argv: {e}")))?;
+        let env: Vec<(String, String)> = serde_json::from_value(from("env", &self.env)?)
+            .map_err(|e| corrupt(format!("env: {e}")))?;
+        let state = JobState::parse(&self.state)
+            .ok_or_else(|| corrupt(format!("state '{}'", self.state)))?;
+        Ok(Job {
+            id: JobId(id),
+            uid: self.uid as u32,
+            gid: self.gid as u32,
+            groups,
+            user: self.user,
+            argv,
+            cwd: self.cwd,
+            env,
+            name: self.name,
+            inst: self.inst,
+            stor: self.stor,
+            time_limit_secs: self.time_limit as u64,
+            state,
+            submitted_at: self.submitted_at,
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            reason: self.reason,
+            log_path: PathBuf::from(self.log_path),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new_job(uid: u32) -> NewJob {
+        NewJob {
+            uid,
+            gid: uid,
+            groups: vec![uid, 27],
+            user: format!("u{uid}"),
+            argv: vec!["bash".into(), "-c".into(), "echo hi".into()],
+            cwd: "/tmp".into(),
+            env: vec![("PATH".into(), "/usr/bin".into())],
+            name: Some("x".into()),
+            inst: None,
+            stor: None,
+            time_limit_secs: 60,
+            submitted_at: 1,
+        }
+    }
+
+    #[test]
+    fn insert_get_and_transitions_are_conditional() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("q.db")).unwrap();
+        let a = store.insert(&new_job(1000), Path::new("/logs")).unwrap();
+        let b = store.insert(&new_job(1001), Path::new("/logs")).unwrap();
+        assert!(b.id > a.id);
+        assert_eq!(
+            a.log_path,
+            PathBuf::from(format!("/logs/1000/gpuq-{}.log", a.id))
+        );
+        assert_eq!(store.get(a.id).unwrap().unwrap(), a);
+        assert!(store.mark_running(a.id, 5).unwrap());
+        assert!(!store.mark_running(a.id, 6).unwrap(), "a job starts once");
+        let end = Ending {
+            state: JobState::Completed,
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            ended_at: 9,
+        };
+        assert!(!store.finish(a.id, JobState::Queued, &end).unwrap());
+        assert!(store.finish(a.id, JobState::Running, &end).unwrap());
+        assert!(!store.finish(a.id, JobState::Running, &end).unwrap());
+        let queued = store.by_state(&[JobState::Queued]).unwrap();
+        assert_eq!(queued.iter().map(|j| j.id).collect::<Vec<_>>(), vec![b.id]);
+    }
+
+    #[test]
+    fn jobs_survive_reopen_and_ids_are_never_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("q.db");
+        let first = {
+            let store = Store::open(&path).unwrap();
+            store.insert(&new_job(1), Path::new("/l")).unwrap()
+        };
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.get(first.id).unwrap().unwrap(), first);
+        let second = store.insert(&new_job(1), Path::new("/l")).unwrap();
+        assert!(second.id > first.id);
+    }
+}
