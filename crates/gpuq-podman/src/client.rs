@@ -115,16 +115,21 @@ impl LibpodClient {
         let message = error_message(&reply.body);
         let socket = self.socket.clone();
         let name = t.name.to_owned();
+        // Podman 4.3 answers a duplicate container name with 500 and
+        // containers/storage's "that name is already in use"; treat it as
+        // the conflict it is, so callers need not match on text.
+        let conflict = reply.status == StatusCode::CONFLICT
+            || (t.kind == ObjectKind::Container && message.contains("name is already in use"));
         Err(match reply.status {
-            StatusCode::NOT_FOUND => Error::NotFound {
+            _ if conflict => Error::Conflict {
                 socket,
+                op: t.op,
                 kind: t.kind,
                 name,
                 message,
             },
-            StatusCode::CONFLICT => Error::Conflict {
+            StatusCode::NOT_FOUND => Error::NotFound {
                 socket,
-                op: t.op,
                 kind: t.kind,
                 name,
                 message,

@@ -110,8 +110,9 @@ pub enum Error {
         message: String,
     },
 
-    /// Podman answered 409: a name already in use, a container in the wrong
-    /// state for the operation.
+    /// Podman answered 409 (a container in the wrong state for the
+    /// operation), or a container name is already in use (Podman 4.3 says
+    /// that with a 500).
     #[error("podman at {socket} refused {op} of {kind} {name} (conflict): {message}")]
     Conflict {
         /// The socket path.

@@ -398,3 +398,25 @@ async fn a_loaded_image_is_listed_and_inspected_by_id() {
     let list = client.image_list().await.expect("list");
     assert!(list.iter().any(|i| i.id == image.id.hex()), "{list:?}");
 }
+
+#[tokio::test]
+async fn a_second_container_with_the_same_name_is_a_conflict() {
+    let Some((_svc, client, image)) =
+        ready("a_second_container_with_the_same_name_is_a_conflict").await
+    else {
+        return;
+    };
+    client
+        .container_create(&spec("server-L1", &image, "true"))
+        .await
+        .expect("first create");
+    let err = client
+        .container_create(&spec("server-L1", &image, "true"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Conflict { kind: ObjectKind::Container, ref name, .. } if name == "server-L1"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("already in use"), "{err}");
+}
