@@ -1,1 +1,417 @@
-//! Helpers for the whole-system tests in `tests/tests/`.
+//! The harness for the whole-system tests in `tests/tests/`.
+//!
+//! [`TestBroker`] starts the real `gpuq-broker` binary as a child process on
+//! a fresh temporary configuration (its own socket, state, logs, lock file
+//! and a cgroup v2 parent of its own), and [`TestBroker::gpuq`] runs the real
+//! `gpuq` binary as root or as any UID/GID (through `setpriv`). Test users
+//! are plain numeric UIDs without a passwd entry, so nothing is added to the
+//! machine's user database.
+//!
+//! On drop — also when the test panicked — the harness kills exactly the
+//! broker process it started (by PID), kills every process left in its
+//! cgroups, removes those cgroups and deletes its temporary directory.
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where the workspace's binaries are: `$GPUQ_BIN_DIR`, else the target
+/// directory this test binary was built into.
+pub fn bin_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("GPUQ_BIN_DIR") {
+        return PathBuf::from(d);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test> → target/<profile>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_path_buf()
+}
+
+pub fn bin(name: &str) -> PathBuf {
+    let p = bin_dir().join(name);
+    assert!(
+        p.exists(),
+        "{} not found: build the workspace binaries first (`cargo build --workspace --bins`)",
+        p.display()
+    );
+    p
+}
+
+/// Why a test cannot run here, if it cannot (printed, then the test returns).
+pub fn skip_reason() -> Option<String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Some("needs root (the broker drops privileges and manages cgroups)".into());
+    }
+    if cgroup2_root().is_none() {
+        return Some("no cgroup2 mount in /proc/mounts".into());
+    }
+    if which("setpriv").is_none() {
+        return Some("needs setpriv (util-linux)".into());
+    }
+    None
+}
+
+#[macro_export]
+macro_rules! require_env {
+    () => {
+        if let Some(why) = $crate::skip_reason() {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+}
+
+fn which(tool: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|d| d.join(tool))
+        .find(|p| p.exists())
+}
+
+/// The cgroup2 mount point (`/sys/fs/cgroup` on pure v2 hosts,
+/// `/sys/fs/cgroup/unified` on hybrid ones).
+pub fn cgroup2_root() -> Option<PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == "cgroup2")
+        .map(|f| PathBuf::from(f[1]))
+}
+
+/// A user to run the CLI as: a UID/GID pair (and extra groups).
+#[derive(Debug, Clone)]
+pub struct User {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+pub const ROOT: Option<&User> = None;
+
+impl User {
+    pub fn new(uid: u32, gid: u32, groups: &[u32]) -> Self {
+        User {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        }
+    }
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug)]
+pub struct TestBroker {
+    pub dir: tempfile::TempDir,
+    pub config: PathBuf,
+    pub socket: PathBuf,
+    pub cgroup_parent: PathBuf,
+    child: Option<Child>,
+    extra_config: String,
+}
+
+impl TestBroker {
+    /// A broker with the direct runner and no GPU.
+    pub fn start() -> Self {
+        Self::start_with("")
+    }
+
+    /// `extra`: lines appended to the `[broker]` table (overriding nothing
+    /// that is already set — pass keys not in the base config).
+    pub fn start_with(extra: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("gpuq-test-")
+            .tempdir()
+            .expect("tempdir");
+        // Other users must reach the socket and their work dirs inside.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let cgroup_parent = cgroup2_root()
+            .expect("cgroup2")
+            .join(format!("gpuq-test-{}-{n}", std::process::id()));
+        let socket = dir.path().join("broker.sock");
+        let config = dir.path().join("broker.toml");
+        let mut b = TestBroker {
+            config,
+            socket,
+            cgroup_parent,
+            child: None,
+            extra_config: extra.to_string(),
+            dir,
+        };
+        b.write_config();
+        b.spawn();
+        b
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn write_config(&self) {
+        let d = self.dir.path();
+        let mut text = format!(
+            "[broker]\n\
+             socket = \"{}\"\n\
+             state_dir = \"{}/state\"\n\
+             log_root = \"{}/logs\"\n\
+             maintenance_file = \"{}/etc/maintenance.json\"\n\
+             runner = \"direct\"\n\
+             cgroup_parent = \"{}\"\n\
+             default_time = \"10m\"\n\
+             max_time = \"1h\"\n",
+            self.socket.display(),
+            d.display(),
+            d.display(),
+            d.display(),
+            self.cgroup_parent.display()
+        );
+        if !self.extra_config.contains("gpu =") {
+            text.push_str("gpu = \"none\"\n");
+        }
+        text.push_str(&self.extra_config);
+        std::fs::write(&self.config, text).unwrap();
+        std::fs::set_permissions(&self.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    /// Start the broker process and wait until its socket answers.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.path("broker.log"))
+            .unwrap();
+        let child = Command::new(bin("gpuq-broker"))
+            .arg("--config")
+            .arg(&self.config)
+            .env("GPUQ_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("spawn gpuq-broker");
+        self.child = Some(child);
+        let t0 = Instant::now();
+        while std::os::unix::net::UnixStream::connect(&self.socket).is_err() {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "gpuq-broker exited with {status} during start-up:\n{}",
+                    self.broker_log()
+                );
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "broker did not come up:\n{}",
+                self.broker_log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// `kill -9` the broker (by the PID we started) and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn broker_log(&self) -> String {
+        std::fs::read_to_string(self.path("broker.log")).unwrap_or_default()
+    }
+
+    /// Run `gpuq ARGS` as `user` (root when `None`) in `cwd` with extra env.
+    pub fn gpuq_in(
+        &self,
+        user: Option<&User>,
+        cwd: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Output {
+        let gpuq = bin("gpuq");
+        let mut cmd = match user {
+            None => Command::new(&gpuq),
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={}", u.uid))
+                    .arg(format!("--regid={}", u.gid));
+                if u.groups.is_empty() {
+                    c.arg("--clear-groups");
+                } else {
+                    c.arg(format!(
+                        "--groups={}",
+                        u.groups
+                            .iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ));
+                }
+                c.arg(&gpuq);
+                c
+            }
+        };
+        cmd.args(args)
+            .current_dir(cwd)
+            .env("GPUQ_SOCKET", &self.socket)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null());
+        cmd.output().expect("run gpuq")
+    }
+
+    pub fn gpuq(&self, user: Option<&User>, args: &[&str]) -> Output {
+        self.gpuq_in(user, self.dir.path(), &[], args)
+    }
+
+    /// A work directory owned by `user` (mode 0700), for jobs to run in.
+    pub fn workdir(&self, user: Option<&User>, name: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::create_dir_all(&p).unwrap();
+        if let Some(u) = user {
+            std::os::unix::fs::chown(&p, Some(u.uid), Some(u.gid)).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).unwrap();
+        }
+        p
+    }
+
+    /// Submit and return the job ID (panics with the CLI's stderr on failure).
+    pub fn submit(&self, user: Option<&User>, cwd: &Path, args: &[&str]) -> u64 {
+        let mut full = vec!["submit"];
+        full.extend_from_slice(args);
+        let out = self.gpuq_in(user, cwd, &[], &full);
+        assert!(out.status.success(), "submit failed: {}", stderr(&out));
+        stdout(&out)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("submit printed more than the ID: {:?}", stdout(&out)))
+    }
+
+    /// The job as `gpuq status --json` shows it (as root).
+    pub fn job(&self, id: u64) -> serde_json::Value {
+        let out = self.gpuq(ROOT, &["status", &id.to_string(), "--json"]);
+        assert!(out.status.success(), "status: {}", stderr(&out));
+        serde_json::from_slice(&out.stdout).expect("status json")
+    }
+
+    pub fn state(&self, id: u64) -> String {
+        self.job(id)["state"].as_str().unwrap_or("").to_string()
+    }
+
+    /// Poll until job `id` is in `state` (or panic after `secs`).
+    pub fn wait_state(&self, id: u64, state: &str, secs: u64) -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            let j = self.job(id);
+            if j["state"] == state {
+                return j;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "job {id} is {} after {secs}s, expected {state}\nbroker log:\n{}",
+                j["state"],
+                self.broker_log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Send raw bytes to the socket and return the raw HTTP answer.
+    pub fn raw_http(&self, request: &[u8]) -> String {
+        let mut s = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // The server may answer (413) and close before it has read everything.
+        // No half-close: hyper drops a connection whose read side closed.
+        // Requests carry `connection: close`, so the server ends the stream.
+        let _ = s.write_all(request);
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Number of jobs the broker knows, counted as root.
+    pub fn job_count(&self) -> usize {
+        let out = self.gpuq(ROOT, &["list", "--all", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("list json");
+        v["jobs"].as_array().map_or(0, Vec::len)
+    }
+
+    fn kill_cgroups(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.cgroup_parent) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                let _ = std::fs::write(p.join("cgroup.kill"), "1");
+                for _ in 0..100 {
+                    if std::fs::remove_dir(&p).is_ok() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(&self.cgroup_parent);
+    }
+}
+
+impl Drop for TestBroker {
+    fn drop(&mut self) {
+        self.kill9();
+        self.kill_cgroups();
+        if std::thread::panicking() {
+            eprintln!("--- broker log ---\n{}", self.broker_log());
+        }
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Is a process with this PID alive (and not a zombie)?
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => {
+            // state is the field after "(comm)"
+            let state = s
+                .rsplit(')')
+                .next()
+                .and_then(|r| r.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X"))
+        }
+        Err(_) => false,
+    }
+}
+
+/// Poll `f` until it returns true or `secs` pass.
+pub fn eventually(secs: u64, mut f: impl FnMut() -> bool) -> bool {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(secs) {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    f()
+}

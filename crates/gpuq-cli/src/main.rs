@@ -1,0 +1,133 @@
+//! `gpuq`: the researcher's and operator's command. Thin: parse, one request
+//! to the broker, render. Every failure is one line on stderr and a non-zero
+//! exit code from [`Exit`]; stdout carries only results (`submit` prints only
+//! the job ID, like `sbatch --parsable`).
+
+mod render;
+mod verbs;
+
+use clap::{Parser, Subcommand};
+use gpuq_protocol::JobId;
+use std::process::ExitCode;
+
+/// Exit codes of `gpuq` (besides `follow`, which exits with the job's code).
+#[derive(Debug, Clone, Copy)]
+pub enum Exit {
+    Ok = 0,
+    /// The broker refused or the request failed.
+    Refused = 1,
+    /// Bad command line (clap's own code).
+    Usage = 2,
+    /// The broker could not be reached.
+    Unreachable = 3,
+}
+
+#[derive(Parser)]
+#[command(
+    name = "gpuq",
+    version,
+    about = "Queue jobs for the shared GPU (and DAOS) host",
+    after_help = "A bare `gpuq` is `gpuq list`. Socket: $GPUQ_SOCKET, else [broker] socket in $GPUQ_CONFIG \
+                  or /etc/gpuqueue-daos/broker.toml, else /run/gpuq/broker.sock."
+)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Option<Verb>,
+}
+
+#[derive(Subcommand)]
+enum Verb {
+    /// Queue a command; prints only the job ID.
+    Submit {
+        /// Time limit: 90m, 4h, 1h30m, HH:MM:SS or D-HH:MM:SS (default: the host's).
+        #[arg(long)]
+        time: Option<String>,
+        /// A short label shown in `gpuq list`.
+        #[arg(long)]
+        name: Option<String>,
+        /// DAOS institution profile: gives the job a fresh DAOS system.
+        #[arg(long, conflicts_with = "stor")]
+        inst: Option<String>,
+        /// Kernel storage on the same NVMe: lustre, nfsrdma or nvmeof.
+        #[arg(long)]
+        stor: Option<String>,
+        /// Print the whole answer as JSON instead of the ID.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show the queue (add --all for finished jobs).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one job.
+    Status {
+        job: JobId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job's output so far.
+    Log { job: JobId },
+    /// Print a job's output as it grows; exit with the job's exit code.
+    Follow { job: JobId },
+    /// Cancel a queued or running job (all its processes end).
+    Cancel {
+        job: JobId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lock the queue for maintenance (root).
+    Lock {
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release the maintenance lock (root). Never releases a recovery hold.
+    Unlock {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let usage = e.use_stderr();
+            let _ = e.print();
+            return ExitCode::from(if usage { Exit::Usage } else { Exit::Ok } as u8);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("gpuq: cannot start: {e}");
+            return ExitCode::from(Exit::Refused as u8);
+        }
+    };
+    let client = gpuq_client::Client::new(verbs::socket_path());
+    let verb = cli.verb.unwrap_or(Verb::List {
+        all: false,
+        json: false,
+    });
+    match rt.block_on(verbs::run(&client, verb)) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("gpuq: {e}");
+            let code = match e {
+                gpuq_client::ClientError::Connect { .. } => Exit::Unreachable,
+                _ => Exit::Refused,
+            };
+            ExitCode::from(code as u8)
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! One function per verb: build the request, call the broker, render.
+
+use crate::{render, Exit, Verb};
+use gpuq_client::{Client, ClientError};
+use gpuq_protocol::{
+    routes, JobList, JobView, LockInfo, LockRequest, SubmitRequest, SubmitResponse,
+};
+use hyper::Method;
+use std::path::PathBuf;
+
+/// `$GPUQ_SOCKET`, else `[broker] socket` from the config, else the default.
+pub fn socket_path() -> PathBuf {
+    if let Some(s) = std::env::var_os("GPUQ_SOCKET") {
+        return PathBuf::from(s);
+    }
+    let cfg = std::env::var_os("GPUQ_CONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/etc/gpuqueue-daos/broker.toml"));
+    std::fs::read_to_string(cfg)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("broker")?.get("socket")?.as_str().map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/run/gpuq/broker.sock"))
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
+    match verb {
+        Verb::Submit {
+            time,
+            name,
+            inst,
+            stor,
+            json,
+            command,
+        } => {
+            let cwd = std::env::current_dir().map_err(|e| ClientError::Protocol {
+                socket: client.socket().to_path_buf(),
+                what: format!("cannot determine the current directory: {e}"),
+            })?;
+            // Variables that are not valid UTF-8 cannot travel in JSON; they are left out.
+            let env: Vec<(String, String)> = std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect();
+            let req = SubmitRequest {
+                argv: command,
+                cwd: cwd.display().to_string(),
+                env,
+                time,
+                name,
+                inst,
+                stor,
+            };
+            let resp: SubmitResponse = client.call(Method::POST, routes::JOBS, Some(&req)).await?;
+            if json {
+                print_json(&resp);
+            } else {
+                println!("{}", resp.id);
+                eprintln!(
+                    "gpuq: job {} queued ({} ahead); output: {}",
+                    resp.id, resp.position, resp.log_path
+                );
+            }
+        }
+        Verb::List { all, json } => {
+            let path = if all {
+                format!("{}?all=1", routes::JOBS)
+            } else {
+                routes::JOBS.to_string()
+            };
+            let list: JobList = client.call(Method::GET, &path, None::<&()>).await?;
+            if json {
+                print_json(&list);
+            } else {
+                print!("{}", render::list(&list, crate_now()));
+            }
+        }
+        Verb::Status { job, json } => {
+            let v: JobView = client
+                .call(Method::GET, &format!("{}/{job}", routes::JOBS), None::<&()>)
+                .await?;
+            if json {
+                print_json(&v);
+            } else {
+                print!("{}", render::job(&v, crate_now()));
+            }
+        }
+        Verb::Log { job } => {
+            let mut out = std::io::stdout().lock();
+            client
+                .stream_to(&format!("{}/{job}/log", routes::JOBS), &mut out)
+                .await?;
+        }
+        Verb::Follow { job } => {
+            {
+                let mut out = std::io::stdout().lock();
+                client
+                    .stream_to(&format!("{}/{job}/log?follow=1", routes::JOBS), &mut out)
+                    .await?;
+            }
+            let v: JobView = client
+                .call(Method::GET, &format!("{}/{job}", routes::JOBS), None::<&()>)
+                .await?;
+            return Ok(v.follow_exit_code());
+        }
+        Verb::Cancel { job, json } => {
+            let v: JobView = client
+                .call(
+                    Method::POST,
+                    &format!("{}/{job}/cancel", routes::JOBS),
+                    None::<&()>,
+                )
+                .await?;
+            if json {
+                print_json(&v);
+            } else {
+                eprintln!("gpuq: job {} {}", v.id, v.state);
+            }
+        }
+        Verb::Lock { reason, json } => {
+            let l: LockInfo = client
+                .call(Method::POST, routes::LOCK, Some(&LockRequest { reason }))
+                .await?;
+            if json {
+                print_json(&l);
+            } else {
+                eprintln!("gpuq: queue locked: {}", l.reason);
+            }
+        }
+        Verb::Unlock { json } => {
+            let old: Option<LockInfo> = client
+                .call(Method::DELETE, routes::LOCK, None::<&()>)
+                .await?;
+            if json {
+                print_json(&old);
+            } else if old.is_some() {
+                eprintln!(
+                    "gpuq: queue unlocked (a recovery hold, if any, stays until `gpuq recover`)"
+                );
+            } else {
+                eprintln!("gpuq: the queue was not locked");
+            }
+        }
+    }
+    Ok(Exit::Ok as i32)
+}
+
+fn crate_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

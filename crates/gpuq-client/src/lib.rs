@@ -1,0 +1,144 @@
+//! A client for the gpuq broker API: "reqwest, but for one unix socket".
+//!
+//! One connection per request (HTTP/1.1 over `AF_UNIX`); the broker learns
+//! who we are from the socket itself, so nothing here carries identity.
+
+use bytes::Bytes;
+use gpuq_protocol::ErrorBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("cannot reach the gpuq broker at {socket}: {source}\nhint: is gpuq-broker running? (`systemctl status gpuq-broker`; set GPUQ_SOCKET to use another socket)")]
+    Connect {
+        socket: PathBuf,
+        source: std::io::Error,
+    },
+    /// The broker refused; its one-line explanation is in `body.error`.
+    #[error("{}", .body.error)]
+    Api { status: StatusCode, body: ErrorBody },
+    #[error("talking to the gpuq broker at {socket}: {what}")]
+    Protocol { socket: PathBuf, what: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct Client {
+    socket: PathBuf,
+}
+
+impl Client {
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        Client {
+            socket: socket.into(),
+        }
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn protocol(&self, what: impl std::fmt::Display) -> ClientError {
+        ClientError::Protocol {
+            socket: self.socket.clone(),
+            what: what.to_string(),
+        }
+    }
+
+    /// Send one request; returns the response with its body still streaming.
+    pub async fn raw(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<Response<Incoming>, ClientError> {
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|source| ClientError::Connect {
+                socket: self.socket.clone(),
+                source,
+            })?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.protocol(e))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut req = Request::builder()
+            .method(method)
+            .uri(format!("http://gpuq{path}"))
+            .header("host", "gpuq");
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| self.protocol(e))?;
+        sender.send_request(req).await.map_err(|e| self.protocol(e))
+    }
+
+    /// Send a JSON request and decode a JSON answer; a non-2xx answer
+    /// becomes [`ClientError::Api`] with the broker's message.
+    pub async fn call<T: serde::de::DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&impl serde::Serialize>,
+    ) -> Result<T, ClientError> {
+        let body = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| self.protocol(e))?;
+        let resp = self.raw(method, path, body).await?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.protocol(e))?
+            .to_bytes();
+        if !status.is_success() {
+            let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| ErrorBody {
+                code: gpuq_protocol::ErrorCode::Internal,
+                error: format!("broker answered {status}"),
+            });
+            return Err(ClientError::Api { status, body });
+        }
+        serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("bad answer: {e}")))
+    }
+
+    /// GET `path` and copy the streamed body to `out` as it arrives.
+    pub async fn stream_to(
+        &self,
+        path: &str,
+        out: &mut (impl std::io::Write + ?Sized),
+    ) -> Result<(), ClientError> {
+        let resp = self.raw(Method::GET, path, None).await?;
+        let status = resp.status();
+        let mut body = resp.into_body();
+        if !status.is_success() {
+            let bytes = body
+                .collect()
+                .await
+                .map_err(|e| self.protocol(e))?
+                .to_bytes();
+            let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| ErrorBody {
+                code: gpuq_protocol::ErrorCode::Internal,
+                error: format!("broker answered {status}"),
+            });
+            return Err(ClientError::Api { status, body });
+        }
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| self.protocol(e))?;
+            if let Some(data) = frame.data_ref() {
+                out.write_all(data).map_err(|e| self.protocol(e))?;
+                out.flush().map_err(|e| self.protocol(e))?;
+            }
+        }
+        Ok(())
+    }
+}

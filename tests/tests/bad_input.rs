@@ -1,0 +1,205 @@
+//! Bad input gets one clear line and changes no state.
+
+use gpuq_system_tests::*;
+
+#[test]
+fn bad_durations_are_refused_with_the_accepted_forms() {
+    require_env!();
+    let b = TestBroker::start();
+    for bad in ["soon", "0m", "1h1h", "25:99:00", "400d"] {
+        let out = b.gpuq(ROOT, &["submit", "--time", bad, "--", "true"]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "one line: {err}");
+        assert!(err.contains(bad), "{err}");
+        assert_eq!(stdout(&out), "");
+    }
+    let too_long = b.gpuq(ROOT, &["submit", "--time", "2h", "--", "true"]);
+    assert!(stderr(&too_long).contains("longer than this host's maximum 1:00:00"));
+    assert_eq!(b.job_count(), 0, "no refused submission was stored");
+}
+
+#[test]
+fn malformed_and_oversize_bodies_get_one_clear_error() {
+    require_env!();
+    let b = TestBroker::start();
+    let bad_json = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\r\n{\"argv\":[";
+    let resp = b.raw_http(bad_json);
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(
+        resp.contains("\"code\":\"bad_request\"") && resp.contains("malformed request body"),
+        "{resp}"
+    );
+
+    let unknown = br#"{"argv":["true"],"cwd":"/","env":[],"uid":0}"#;
+    let req = format!(
+        "POST /v1/jobs HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        unknown.len()
+    );
+    let resp = b.raw_http(&[req.as_bytes(), unknown].concat());
+    assert!(
+        resp.starts_with("HTTP/1.1 400") && resp.contains("unknown field"),
+        "{resp}"
+    );
+
+    let big = vec![b'x'; 2 * 1024 * 1024];
+    let req = format!(
+        "POST /v1/jobs HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        big.len()
+    );
+    let resp = b.raw_http(&[req.as_bytes(), &big].concat());
+    assert!(
+        resp.starts_with("HTTP/1.1 413"),
+        "{}",
+        &resp[..resp.len().min(200)]
+    );
+
+    let chunked_big = {
+        let mut r = b"POST /v1/jobs HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..40 {
+            r.extend_from_slice(format!("{:x}\r\n", 65536).as_bytes());
+            r.extend_from_slice(&vec![b'y'; 65536]);
+            r.extend_from_slice(b"\r\n");
+        }
+        r.extend_from_slice(b"0\r\n\r\n");
+        r
+    };
+    let resp = b.raw_http(&chunked_big);
+    assert!(
+        resp.starts_with("HTTP/1.1 413"),
+        "{}",
+        &resp[..resp.len().min(200)]
+    );
+
+    let resp = b.raw_http(b"GET /v1/nothing HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    assert!(resp.starts_with("HTTP/1.1 404"), "{resp}");
+    let resp = b.raw_http(b"GET /v1/jobs/abc HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    assert!(
+        resp.starts_with("HTTP/1.1 400") && resp.contains("not a job ID"),
+        "{resp}"
+    );
+    let resp = b.raw_http(b"garbage\r\n\r\n");
+    assert!(
+        resp.is_empty() || resp.starts_with("HTTP/1.1 400"),
+        "{resp}"
+    );
+    assert_eq!(b.job_count(), 0);
+    // The broker is still serving.
+    assert!(b.gpuq(ROOT, &["list"]).status.success());
+}
+
+#[test]
+fn non_root_lock_over_raw_http_is_refused_before_reading_the_body() {
+    require_env!();
+    let b = TestBroker::start();
+    let out = b.gpuq(Some(&User::new(61003, 61003, &[])), &["unlock"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("only root"));
+    assert!(!b.path("etc/maintenance.json").exists());
+}
+
+#[test]
+fn bad_command_lines_are_usage_errors_without_panics() {
+    require_env!();
+    let b = TestBroker::start();
+    for args in [
+        vec!["submit"],
+        vec!["cancel", "abc"],
+        vec!["frobnicate"],
+        vec!["submit", "--inst", "x", "--stor", "lustre", "--", "true"],
+    ] {
+        let out = b.gpuq(ROOT, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    }
+    let out = b.gpuq(ROOT, &["submit", "--stor", "ceph", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("lustre, nfsrdma, nvmeof"),
+        "{}",
+        stderr(&out)
+    );
+    let out = b.gpuq(ROOT, &["submit", "--inst", "inst1", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("not enabled"), "{}", stderr(&out));
+    assert_eq!(b.job_count(), 0);
+}
+
+#[test]
+fn unreachable_broker_is_exit_3_with_a_hint() {
+    let out = std::process::Command::new(bin("gpuq"))
+        .arg("list")
+        .env("GPUQ_SOCKET", "/nonexistent/gpuq.sock")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(
+        err.contains("/nonexistent/gpuq.sock") && err.contains("gpuq-broker running"),
+        "{err}"
+    );
+}
+
+fn broker_with_config(text: &str, mode: u32) -> (std::process::Output, tempfile::TempDir) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("broker.toml");
+    std::fs::write(
+        &cfg,
+        text.replace("@DIR@", &dir.path().display().to_string()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(mode)).unwrap();
+    let out = std::process::Command::new(bin("gpuq-broker"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    (out, dir)
+}
+
+#[test]
+fn broker_refuses_unknown_keys_bad_values_and_unsafe_config_files() {
+    require_env!();
+    let base = "[broker]\nsocket = \"@DIR@/s.sock\"\nstate_dir = \"@DIR@/state\"\nrunner = \"direct\"\ngpu = \"none\"\n";
+    let cases = [
+        (format!("{base}max_tim = \"1h\"\n"), 0o644, "max_tim"),
+        (
+            format!("{base}default_time = \"fortnight\"\n"),
+            0o644,
+            "broker.default_time",
+        ),
+        (base.replace("direct", "tsp"), 0o644, "runner"),
+        (base.to_string(), 0o666, "lets group or others write it"),
+    ];
+    for (text, mode, expect) in cases {
+        let (out, dir) = broker_with_config(&text, mode);
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        assert!(
+            err.contains("broker.toml") && err.contains(expect),
+            "{expect}: {err}"
+        );
+        assert!(!err.contains("panicked"));
+        assert!(
+            !dir.path().join("s.sock").exists() && !dir.path().join("state").exists(),
+            "no state was created"
+        );
+    }
+}
+
+#[test]
+fn an_unknown_gpu_state_keeps_the_gate_closed_and_says_why() {
+    require_env!();
+    if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists() {
+        eprintln!("SKIPPED: this host has NVML; the refusal path needs a host without it");
+        return;
+    }
+    let b = TestBroker::start_with("gpu = \"nvml\"\n");
+    let w = b.workdir(None, "w");
+    let id = b.submit(ROOT, &w, &["--", "touch", "ran"]);
+    assert!(eventually(5, || stdout(&b.gpuq(ROOT, &["list"]))
+        .contains("cannot tell whether the GPU is idle")));
+    assert_eq!(b.state(id), "queued");
+    assert!(!w.join("ran").exists());
+}
