@@ -22,8 +22,8 @@ use crate::error::{Error, ObjectKind, Result};
 use crate::image_id::ImageId;
 use crate::logs::{demux, LogOptions, Logs};
 use crate::types::{
-    ContainerInfo, ContainerSpec, ContainerSummary, CreateReply, ImageInfo, ImageSummary,
-    LabelFilter, LoadedImages, PingInfo, RawContainerInspect, RmReport,
+    ContainerInfo, ContainerSpec, ContainerSummary, CreateReply, ExecInspect, ExecOutput, ExecSpec,
+    ImageInfo, ImageSummary, LabelFilter, LoadedImages, PingInfo, RawContainerInspect, RmReport,
 };
 use crate::version::{check_supported, ApiVersion};
 use crate::Podman;
@@ -115,11 +115,15 @@ impl LibpodClient {
         let message = error_message(&reply.body);
         let socket = self.socket.clone();
         let name = t.name.to_owned();
-        // Podman 4.3 answers a duplicate container name with 500 and
-        // containers/storage's "that name is already in use"; treat it as
-        // the conflict it is, so callers need not match on text.
+        // Podman 4.3 answers some conflicts with 500: a duplicate container
+        // name (containers/storage's "that name is already in use") and an
+        // operation on a container in the wrong state (libpod's
+        // `ErrCtrStateInvalid`, "container state improper"). Treat them as
+        // the conflicts they are, so callers need not match on text.
         let conflict = reply.status == StatusCode::CONFLICT
-            || (t.kind == ObjectKind::Container && message.contains("name is already in use"));
+            || (t.kind == ObjectKind::Container
+                && (message.contains("name is already in use")
+                    || message.contains("container state improper")));
         Err(match reply.status {
             _ if conflict => Error::Conflict {
                 socket,
@@ -342,6 +346,65 @@ impl Podman for LibpodClient {
             .await?;
         Ok(Logs {
             chunks: demux(&reply.body),
+        })
+    }
+
+    async fn container_exec(&self, container: &str, exec: &ExecSpec) -> Result<ExecOutput> {
+        let t = ctr("container exec", container);
+        let path = format!("{API_PREFIX}/containers/{}/exec", encode(container));
+        let body = exec.to_libpod_json().to_string();
+        let reply = self
+            .call(
+                Method::POST,
+                &path,
+                ReqBody::Full(Some(body.into())),
+                Some("application/json"),
+                t,
+            )
+            .await?;
+        let created: CreateReply = self.decode(&reply, t)?;
+        let session = created.id;
+        // Without an `Upgrade` header Podman still hijacks the connection: it
+        // answers `200 OK` (application/vnd.docker.raw-stream), streams the
+        // multiplexed output and closes. hyper reads that as a body delimited
+        // by the close. Enough for commands without stdin.
+        let path = format!("{API_PREFIX}/exec/{session}/start");
+        let start = serde_json::json!({ "Detach": false, "Tty": exec.tty }).to_string();
+        let reply = self
+            .call(
+                Method::POST,
+                &path,
+                ReqBody::Full(Some(start.into())),
+                Some("application/json"),
+                t,
+            )
+            .await?;
+        let output = Logs {
+            chunks: demux(&reply.body),
+        };
+        // The stream closes when the process's stdio does; its exit code is
+        // recorded just after. Poll briefly for it.
+        let path = format!("{API_PREFIX}/exec/{session}/json");
+        let mut delay = Duration::from_millis(2);
+        for _ in 0..200 {
+            let reply = self
+                .call(Method::GET, &path, ReqBody::empty(), None, t)
+                .await?;
+            let state: ExecInspect = self.decode(&reply, t)?;
+            if !state.running {
+                return Ok(ExecOutput {
+                    exit_code: state.exit_code,
+                    output,
+                });
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(50));
+        }
+        Err(Error::BadResponse {
+            socket: self.socket.clone(),
+            op: t.op,
+            target: container.to_owned(),
+            reason: format!("exec session {session} still running after its output closed"),
         })
     }
 

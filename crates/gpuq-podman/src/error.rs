@@ -110,9 +110,9 @@ pub enum Error {
         message: String,
     },
 
-    /// Podman answered 409 (a container in the wrong state for the
-    /// operation), or a container name is already in use (Podman 4.3 says
-    /// that with a 500).
+    /// Podman answered 409, or (Podman 4.3 says these with a 500) a
+    /// container name is already in use or the container is in the wrong
+    /// state for the operation (exec in a stopped container).
     #[error("podman at {socket} refused {op} of {kind} {name} (conflict): {message}")]
     Conflict {
         /// The socket path.

@@ -45,9 +45,9 @@ pub use error::{Error, ObjectKind, Result};
 pub use image_id::ImageId;
 pub use logs::{demux, LogChunk, LogOptions, LogStream, Logs};
 pub use types::{
-    lease_labels, ContainerInfo, ContainerSpec, ContainerState, ContainerSummary, ImageInfo,
-    ImageSummary, LabelFilter, LoadedImages, Mount, MountKind, Namespace, PingInfo, Rlimit, Role,
-    LABEL_LEASE, LABEL_ROLE,
+    lease_labels, ContainerInfo, ContainerSpec, ContainerState, ContainerSummary, ExecOutput,
+    ExecSpec, ImageInfo, ImageSummary, LabelFilter, LoadedImages, Mount, MountKind, Namespace,
+    PingInfo, Rlimit, Role, LABEL_LEASE, LABEL_ROLE,
 };
 pub use version::{check_supported, ApiVersion, MIN_API_VERSION};
 
@@ -117,6 +117,16 @@ pub trait Podman: Send + Sync {
         container: &str,
         opts: &LogOptions,
     ) -> impl Future<Output = Result<Logs>> + Send;
+
+    /// Runs a command in a running container and returns its exit code and
+    /// output (collected in memory: meant for commands with bounded output,
+    /// such as `dmg ... -j`). No stdin: interactive exec needs the
+    /// connection upgrade, which this client does not do.
+    fn container_exec(
+        &self,
+        container: &str,
+        exec: &ExecSpec,
+    ) -> impl Future<Output = Result<ExecOutput>> + Send;
 
     /// Removes a container; with `force`, a running one is killed first
     /// (no grace period: stop it first for that). A missing container is

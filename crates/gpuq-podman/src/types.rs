@@ -542,6 +542,77 @@ impl ContainerSummary {
     }
 }
 
+/// A command to run in a running container (`podman exec`, without stdin).
+#[derive(Debug, Clone, Default)]
+pub struct ExecSpec {
+    /// Program and arguments.
+    pub cmd: Vec<String>,
+    /// Extra environment.
+    pub env: BTreeMap<String, String>,
+    /// `UID:GID` or a user name; default: the container's user.
+    pub user: Option<String>,
+    /// Working directory.
+    pub work_dir: Option<String>,
+    /// Run with all capabilities (never for user commands).
+    pub privileged: bool,
+    /// Allocate a TTY (output then comes back raw, as stdout).
+    pub tty: bool,
+}
+
+impl ExecSpec {
+    /// A plain command.
+    pub fn new<I, S>(cmd: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            cmd: cmd.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// The exec-create JSON (libpod takes Docker's `ExecConfig` shape).
+    pub(crate) fn to_libpod_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("AttachStdout".into(), json!(true));
+        m.insert("AttachStderr".into(), json!(true));
+        m.insert("AttachStdin".into(), json!(false));
+        m.insert("Cmd".into(), json!(self.cmd));
+        m.insert("Tty".into(), json!(self.tty));
+        if !self.env.is_empty() {
+            let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            m.insert("Env".into(), json!(env));
+        }
+        if let Some(u) = &self.user {
+            m.insert("User".into(), json!(u));
+        }
+        if let Some(w) = &self.work_dir {
+            m.insert("WorkingDir".into(), json!(w));
+        }
+        if self.privileged {
+            m.insert("Privileged".into(), json!(true));
+        }
+        Value::Object(m)
+    }
+}
+
+/// What an exec produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// The command's exit code.
+    pub exit_code: i32,
+    /// Its stdout and stderr.
+    pub output: crate::Logs,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase", default)]
+pub(crate) struct ExecInspect {
+    pub(crate) running: bool,
+    pub(crate) exit_code: i32,
+}
+
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "PascalCase", default)]
 pub(crate) struct CreateReply {

@@ -9,8 +9,8 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use gpuq_podman::{
-    lease_labels, ContainerSpec, Error, ImageId, LabelFilter, LibpodClient, LogOptions, Namespace,
-    ObjectKind, Podman, Role, LABEL_ROLE,
+    lease_labels, ContainerSpec, Error, ExecSpec, ImageId, LabelFilter, LibpodClient, LogOptions,
+    Namespace, ObjectKind, Podman, Role, LABEL_ROLE,
 };
 use harness::{service_or_skip, PodmanService, TestImage};
 
@@ -419,4 +419,45 @@ async fn a_second_container_with_the_same_name_is_a_conflict() {
         "{err:?}"
     );
     assert!(err.to_string().contains("already in use"), "{err}");
+}
+
+#[tokio::test]
+async fn exec_returns_the_commands_exit_code_and_output() {
+    let Some((_svc, client, image)) = ready("exec_returns_the_commands_exit_code_and_output").await
+    else {
+        return;
+    };
+    let id = client
+        .container_create(&spec("server-x", &image, "sleep 1000"))
+        .await
+        .expect("create");
+    client.container_start(&id).await.expect("start");
+    let mut exec = ExecSpec::new(["sh", "-c", "echo hi $GREETING; echo bad >&2; exit 5"]);
+    exec.env.insert("GREETING".into(), "there".into());
+    let out = client.container_exec(&id, &exec).await.expect("exec");
+    assert_eq!(out.exit_code, 5);
+    assert_eq!(out.output.stdout_lossy(), "hi there\n");
+    assert_eq!(out.output.stderr_lossy(), "bad\n");
+    let ok = client
+        .container_exec(&id, &ExecSpec::new(["true"]))
+        .await
+        .expect("exec true");
+    assert_eq!(ok.exit_code, 0);
+
+    client
+        .container_stop(&id, Duration::from_secs(1))
+        .await
+        .expect("stop");
+    let err = client
+        .container_exec(&id, &ExecSpec::new(["true"]))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Conflict { .. }), "{err:?}");
+
+    client.container_delete(&id, true).await.expect("delete");
+    let err = client
+        .container_exec(&id, &ExecSpec::new(["true"]))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
 }
