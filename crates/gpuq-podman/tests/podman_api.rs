@@ -9,8 +9,8 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use gpuq_podman::{
-    lease_labels, ContainerSpec, Error, ExecSpec, ImageId, LabelFilter, LibpodClient, LogOptions,
-    Namespace, ObjectKind, Podman, Role, LABEL_ROLE,
+    lease_labels, ContainerSpec, Error, ExecSpec, ImageArchive, ImageId, LabelFilter, LibpodClient,
+    LogOptions, Namespace, ObjectKind, Podman, Role, LABEL_ROLE,
 };
 use harness::{service_or_skip, PodmanService, TestImage};
 
@@ -380,6 +380,37 @@ async fn retagging_another_image_does_not_change_what_an_id_pinned_create_runs()
         .await
         .expect("logs");
     assert_eq!(logs.stdout_lossy(), "a\n", "the pinned image's content ran");
+}
+
+#[tokio::test]
+async fn an_image_archive_streams_from_a_file() {
+    let Some(svc) = service_or_skip("an_image_archive_streams_from_a_file") else {
+        return;
+    };
+    let client = svc.client().await;
+    // Untagged, streamed from a file (chunked upload, never held whole).
+    let image = TestImage::build("streamed", None);
+    let path = svc.dir().join("image.tar");
+    std::fs::write(&path, &image.archive).expect("write archive");
+    let file = tokio::fs::File::open(&path).await.expect("open archive");
+    let loaded = client
+        .image_load(ImageArchive::from_reader(file))
+        .await
+        .expect("load from file");
+    assert!(
+        loaded.names.iter().any(|n| image.id.matches(n)),
+        "an untagged load reports the ID: {loaded:?}"
+    );
+    let info = client.image_inspect(&image.id).await.expect("inspect");
+    assert!(info.repo_tags.is_empty(), "{info:?}");
+
+    // A broken archive is Podman's error, with its message.
+    let err = client
+        .image_load(ImageArchive::from_bytes(b"not a tar".to_vec()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Api { .. }), "{err:?}");
+    assert!(err.to_string().contains("image load"), "{err}");
 }
 
 #[tokio::test]
