@@ -10,17 +10,19 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
+use hyper::body::Incoming;
 use hyper::header::{HeaderMap, CONTENT_TYPE, HOST};
-use hyper::{Method, Request, StatusCode};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tokio::net::UnixStream;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::body::{ImageArchive, ReqBody};
 use crate::error::{Error, ObjectKind, Result};
 use crate::image_id::ImageId;
-use crate::logs::{demux, LogOptions, Logs};
+use crate::logs::{demux, Demuxer, LogChunk, LogOptions, Logs};
 use crate::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, CreateReply, ExecInspect, ExecOutput, ExecSpec,
     ImageInfo, ImageSummary, LabelFilter, LoadedImages, PingInfo, RawContainerInspect, RmReport,
@@ -112,7 +114,11 @@ impl LibpodClient {
         if reply.status.is_success() || reply.status == StatusCode::NOT_MODIFIED {
             return Ok(reply);
         }
-        let message = error_message(&reply.body);
+        Err(self.status_error(reply.status, &reply.body, t))
+    }
+
+    fn status_error(&self, status: StatusCode, body: &Bytes, t: Target<'_>) -> Error {
+        let message = error_message(body);
         let socket = self.socket.clone();
         let name = t.name.to_owned();
         // Podman 4.3 answers some conflicts with 500: a duplicate container
@@ -120,11 +126,11 @@ impl LibpodClient {
         // operation on a container in the wrong state (libpod's
         // `ErrCtrStateInvalid`, "container state improper"). Treat them as
         // the conflicts they are, so callers need not match on text.
-        let conflict = reply.status == StatusCode::CONFLICT
+        let conflict = status == StatusCode::CONFLICT
             || (t.kind == ObjectKind::Container
                 && (message.contains("name is already in use")
                     || message.contains("container state improper")));
-        Err(match reply.status {
+        match status {
             _ if conflict => Error::Conflict {
                 socket,
                 op: t.op,
@@ -145,7 +151,7 @@ impl LibpodClient {
                 status: status.as_u16(),
                 message,
             },
-        })
+        }
     }
 
     fn decode<T: DeserializeOwned>(&self, reply: &Reply, t: Target<'_>) -> Result<T> {
@@ -349,6 +355,74 @@ impl Podman for LibpodClient {
         })
     }
 
+    async fn container_logs_follow(
+        &self,
+        container: &str,
+        opts: &LogOptions,
+    ) -> Result<mpsc::Receiver<Result<LogChunk>>> {
+        let t = ctr("container logs", container);
+        let mut path = format!(
+            "{API_PREFIX}/containers/{}/logs?follow=true&stdout={}&stderr={}&timestamps={}",
+            encode(container),
+            opts.stdout,
+            opts.stderr,
+            opts.timestamps
+        );
+        if let Some(n) = opts.tail {
+            path.push_str(&format!("&tail={n}"));
+        }
+        let (resp, conn) =
+            open(&self.socket, Method::GET, &path, ReqBody::empty(), None, t).await?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| http_error(&self.socket, t, e))?
+                .to_bytes();
+            return Err(self.status_error(status, &body, t));
+        }
+        let (tx, rx) = mpsc::channel(64);
+        let socket = self.socket.clone();
+        let name = container.to_owned();
+        tokio::spawn(async move {
+            // Owns the connection: it closes when this task ends, which it
+            // does when the stream ends or the receiver is dropped.
+            let _conn = conn;
+            let mut body = resp.into_body();
+            let mut demuxer = Demuxer::default();
+            loop {
+                let frame = tokio::select! {
+                    () = tx.closed() => return,
+                    f = body.frame() => f,
+                };
+                match frame {
+                    None => break,
+                    Some(Err(source)) => {
+                        let t = ctr("container logs", &name);
+                        let _ = tx.send(Err(http_error(&socket, t, source))).await;
+                        return;
+                    }
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            demuxer.push(data);
+                        }
+                        while let Some(chunk) = demuxer.next_chunk() {
+                            if tx.send(Ok(chunk)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(chunk) = demuxer.finish() {
+                let _ = tx.send(Ok(chunk)).await;
+            }
+        });
+        Ok(rx)
+    }
+
     async fn container_exec(&self, container: &str, exec: &ExecSpec) -> Result<ExecOutput> {
         let t = ctr("container exec", container);
         let path = format!("{API_PREFIX}/containers/{}/exec", encode(container));
@@ -500,12 +574,41 @@ async fn raw_request(
     content_type: Option<&'static str>,
     t: Target<'_>,
 ) -> Result<Reply> {
-    let http_err = |source| Error::Http {
+    let (resp, _conn) = open(socket, method, path_and_query, body, content_type, t).await?;
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|source| http_error(socket, t, source))?
+        .to_bytes();
+    Ok(Reply {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn http_error(socket: &Path, t: Target<'_>, source: hyper::Error) -> Error {
+    Error::Http {
         socket: socket.to_owned(),
         op: t.op,
         target: t.name.to_owned(),
         source,
-    };
+    }
+}
+
+/// Sends a request on a new connection and returns the response with its
+/// body still to be read, and the connection task (aborted when dropped).
+async fn open(
+    socket: &Path,
+    method: Method,
+    path_and_query: &str,
+    body: ReqBody,
+    content_type: Option<&'static str>,
+    t: Target<'_>,
+) -> Result<(Response<Incoming>, ConnTask)> {
     let stream = UnixStream::connect(socket)
         .await
         .map_err(|source| Error::Connect {
@@ -514,8 +617,8 @@ async fn raw_request(
         })?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(http_err)?;
-    let _conn = ConnTask(tokio::spawn(async move {
+        .map_err(|e| http_error(socket, t, e))?;
+    let conn = ConnTask(tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!(error = %e, "podman connection closed with an error");
         }
@@ -534,20 +637,11 @@ async fn raw_request(
         target: t.name.to_owned(),
         reason: format!("cannot build the request {path_and_query}: {e}"),
     })?;
-    let resp = sender.send_request(req).await.map_err(http_err)?;
-    let status = resp.status();
-    let headers = resp.headers().clone();
-    let body = resp
-        .into_body()
-        .collect()
+    let resp = sender
+        .send_request(req)
         .await
-        .map_err(http_err)?
-        .to_bytes();
-    Ok(Reply {
-        status,
-        headers,
-        body,
-    })
+        .map_err(|e| http_error(socket, t, e))?;
+    Ok((resp, conn))
 }
 
 /// Podman's error body is `{"cause": ..., "message": ..., "response": N}`;

@@ -118,6 +118,16 @@ pub trait Podman: Send + Sync {
         opts: &LogOptions,
     ) -> impl Future<Output = Result<Logs>> + Send;
 
+    /// Follows a container's logs: what is there (or the last `tail` lines),
+    /// then new output as it is written, until the container stops. The
+    /// channel closes when the stream ends; an error ends it too. Dropping
+    /// the receiver closes the connection.
+    fn container_logs_follow(
+        &self,
+        container: &str,
+        opts: &LogOptions,
+    ) -> impl Future<Output = Result<tokio::sync::mpsc::Receiver<Result<LogChunk>>>> + Send;
+
     /// Runs a command in a running container and returns its exit code and
     /// output (collected in memory: meant for commands with bounded output,
     /// such as `dmg ... -j`). No stdin: interactive exec needs the

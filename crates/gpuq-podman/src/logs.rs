@@ -7,7 +7,7 @@
 //! A TTY container's output may come raw; [`demux`] falls back to treating
 //! what does not look like a frame header as stdout.
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 /// Which stream a chunk of output came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,33 +91,87 @@ const HEADER_LEN: usize = 8;
 /// is. A frame cut short at the end of the body is returned with the bytes
 /// that arrived.
 pub fn demux(body: &Bytes) -> Vec<LogChunk> {
+    let mut d = Demuxer::default();
+    d.push(body);
     let mut out = Vec::new();
-    let mut pos = 0;
-    while pos < body.len() {
-        let rest = &body[pos..];
-        let header_ok = rest.len() >= HEADER_LEN && rest[0] <= 2 && rest[1..4] == [0, 0, 0];
-        if !header_ok {
-            out.push(LogChunk {
-                stream: LogStream::Stdout,
-                data: body.slice(pos..),
-            });
-            break;
-        }
-        let stream = match rest[0] {
-            0 => LogStream::Stdin,
-            1 => LogStream::Stdout,
-            _ => LogStream::Stderr,
-        };
-        let len = u32::from_be_bytes([rest[4], rest[5], rest[6], rest[7]]) as usize;
-        let start = pos + HEADER_LEN;
-        let end = start.saturating_add(len).min(body.len());
-        out.push(LogChunk {
-            stream,
-            data: body.slice(start..end),
-        });
-        pos = end;
+    while let Some(c) = d.next_chunk() {
+        out.push(c);
     }
+    out.extend(d.finish());
     out
+}
+
+/// Incremental [`demux`] for a body that arrives in pieces (followed logs).
+#[derive(Debug, Default)]
+pub(crate) struct Demuxer {
+    buf: BytesMut,
+    raw: bool,
+}
+
+impl Demuxer {
+    pub(crate) fn push(&mut self, data: &[u8]) {
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The next complete frame (or, in raw mode, whatever arrived).
+    pub(crate) fn next_chunk(&mut self) -> Option<LogChunk> {
+        if self.buf.is_empty() {
+            return None;
+        }
+        if !self.raw && self.buf.len() >= HEADER_LEN {
+            self.raw = !(self.buf[0] <= 2 && self.buf[1..4] == [0, 0, 0]);
+        }
+        if self.raw {
+            return Some(LogChunk {
+                stream: LogStream::Stdout,
+                data: self.buf.split().freeze(),
+            });
+        }
+        if self.buf.len() < HEADER_LEN {
+            return None;
+        }
+        let len = u32::from_be_bytes([self.buf[4], self.buf[5], self.buf[6], self.buf[7]]) as usize;
+        if self.buf.len() - HEADER_LEN < len {
+            return None;
+        }
+        let stream = stream_of(self.buf[0]);
+        let _header = self.buf.split_to(HEADER_LEN);
+        Some(LogChunk {
+            stream,
+            data: self.buf.split_to(len).freeze(),
+        })
+    }
+
+    /// What is left when the body ends: a truncated frame's payload, or
+    /// bytes too short to be a header (kept as stdout).
+    pub(crate) fn finish(mut self) -> Option<LogChunk> {
+        if let Some(c) = self.next_chunk() {
+            return Some(c);
+        }
+        if self.buf.is_empty() {
+            return None;
+        }
+        if self.buf.len() < HEADER_LEN {
+            return Some(LogChunk {
+                stream: LogStream::Stdout,
+                data: self.buf.split().freeze(),
+            });
+        }
+        let stream = stream_of(self.buf[0]);
+        let _header = self.buf.split_to(HEADER_LEN);
+        Some(LogChunk {
+            stream,
+            data: self.buf.split().freeze(),
+        })
+    }
+}
+
+fn stream_of(b: u8) -> LogStream {
+    match b {
+        0 => LogStream::Stdin,
+        1 => LogStream::Stdout,
+        _ => LogStream::Stderr,
+    }
 }
 
 #[cfg(test)]
@@ -167,6 +221,31 @@ mod tests {
         body.truncate(body.len() - 2);
         let chunks = demux(&Bytes::from(body));
         assert_eq!(&chunks[0].data[..], b"hel");
+    }
+
+    #[test]
+    fn incremental_demux_waits_for_whole_frames() {
+        let mut body = frame(1, b"one\n");
+        body.extend(frame(2, b"two\n"));
+        let mut d = Demuxer::default();
+        let mut got = Vec::new();
+        // Feed one byte at a time: frames come out only when complete.
+        for b in &body {
+            d.push(std::slice::from_ref(b));
+            while let Some(c) = d.next_chunk() {
+                got.push(c);
+            }
+        }
+        assert!(d.finish().is_none());
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            (got[0].stream, &got[0].data[..]),
+            (LogStream::Stdout, &b"one\n"[..])
+        );
+        assert_eq!(
+            (got[1].stream, &got[1].data[..]),
+            (LogStream::Stderr, &b"two\n"[..])
+        );
     }
 
     #[test]

@@ -492,3 +492,54 @@ async fn exec_returns_the_commands_exit_code_and_output() {
         .unwrap_err();
     assert!(err.is_not_found(), "{err}");
 }
+
+#[tokio::test]
+async fn followed_logs_arrive_while_the_container_runs_and_end_when_it_exits() {
+    let Some((_svc, client, image)) =
+        ready("followed_logs_arrive_while_the_container_runs_and_end_when_it_exits").await
+    else {
+        return;
+    };
+    let id = client
+        .container_create(&spec(
+            "follower",
+            &image,
+            "echo one; sleep 1; echo two >&2; sleep 1; echo three",
+        ))
+        .await
+        .expect("create");
+    client.container_start(&id).await.expect("start");
+    let mut rx = client
+        .container_logs_follow(&id, &LogOptions::default())
+        .await
+        .expect("follow");
+    let mut logs = gpuq_podman::Logs::default();
+    let mut running_at_first_chunk = None;
+    let collect = async {
+        while let Some(chunk) = rx.recv().await {
+            let chunk = chunk.expect("log chunk");
+            if running_at_first_chunk.is_none() {
+                let state = client.container_inspect(&id).await.expect("inspect").state;
+                running_at_first_chunk = Some(state.running);
+            }
+            logs.chunks.push(chunk);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), collect)
+        .await
+        .expect("the follow stream must end when the container exits");
+    assert_eq!(
+        running_at_first_chunk,
+        Some(true),
+        "output must stream while the container runs"
+    );
+    assert_eq!(logs.stdout_lossy(), "one\nthree\n");
+    assert_eq!(logs.stderr_lossy(), "two\n");
+    assert_eq!(client.container_wait(&id).await.expect("wait"), 0);
+
+    let err = client
+        .container_logs_follow("no-such-container", &LogOptions::default())
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+}
