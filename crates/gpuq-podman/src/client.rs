@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderMap, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderMap, CONNECTION, CONTENT_TYPE, HOST, UPGRADE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
@@ -21,8 +21,9 @@ use tokio::task::JoinHandle;
 
 use crate::body::{ImageArchive, ReqBody};
 use crate::error::{Error, ObjectKind, Result};
+use crate::exec::ExecAttach;
 use crate::image_id::ImageId;
-use crate::logs::{demux, Demuxer, LogChunk, LogOptions, Logs};
+use crate::logs::{demux, Demuxer, LogChunk, LogOptions, LogStream, Logs};
 use crate::types::{
     ContainerInfo, ContainerSpec, ContainerSummary, CreateReply, ExecInspect, ExecOutput, ExecSpec,
     ImageInfo, ImageSummary, LabelFilter, LoadedImages, PingInfo, RawContainerInspect, RmReport,
@@ -152,6 +153,32 @@ impl LibpodClient {
                 message,
             },
         }
+    }
+
+    /// Creates an exec session; returns its ID.
+    async fn exec_create(&self, container: &str, exec: &ExecSpec, stdin: bool) -> Result<String> {
+        let t = ctr("container exec", container);
+        let path = format!("{API_PREFIX}/containers/{}/exec", encode(container));
+        let body = exec.to_libpod_json(stdin).to_string();
+        let reply = self
+            .call(
+                Method::POST,
+                &path,
+                ReqBody::Full(Some(body.into())),
+                Some("application/json"),
+                t,
+            )
+            .await?;
+        let created: CreateReply = self.decode(&reply, t)?;
+        if created.id.is_empty() {
+            return Err(Error::BadResponse {
+                socket: self.socket.clone(),
+                op: t.op,
+                target: container.to_owned(),
+                reason: "no exec session ID in the reply".to_owned(),
+            });
+        }
+        Ok(created.id)
     }
 
     fn decode<T: DeserializeOwned>(&self, reply: &Reply, t: Target<'_>) -> Result<T> {
@@ -425,19 +452,7 @@ impl Podman for LibpodClient {
 
     async fn container_exec(&self, container: &str, exec: &ExecSpec) -> Result<ExecOutput> {
         let t = ctr("container exec", container);
-        let path = format!("{API_PREFIX}/containers/{}/exec", encode(container));
-        let body = exec.to_libpod_json().to_string();
-        let reply = self
-            .call(
-                Method::POST,
-                &path,
-                ReqBody::Full(Some(body.into())),
-                Some("application/json"),
-                t,
-            )
-            .await?;
-        let created: CreateReply = self.decode(&reply, t)?;
-        let session = created.id;
+        let session = self.exec_create(container, exec, false).await?;
         // Without an `Upgrade` header Podman still hijacks the connection: it
         // answers `200 OK` (application/vnd.docker.raw-stream), streams the
         // multiplexed output and closes. hyper reads that as a body delimited
@@ -454,22 +469,21 @@ impl Podman for LibpodClient {
             )
             .await?;
         let output = Logs {
-            chunks: demux(&reply.body),
+            chunks: if exec.tty {
+                vec![LogChunk {
+                    stream: LogStream::Stdout,
+                    data: reply.body,
+                }]
+            } else {
+                demux(&reply.body)
+            },
         };
         // The stream closes when the process's stdio does; its exit code is
         // recorded just after. Poll briefly for it.
-        let path = format!("{API_PREFIX}/exec/{session}/json");
         let mut delay = Duration::from_millis(2);
         for _ in 0..200 {
-            let reply = self
-                .call(Method::GET, &path, ReqBody::empty(), None, t)
-                .await?;
-            let state: ExecInspect = self.decode(&reply, t)?;
-            if !state.running {
-                return Ok(ExecOutput {
-                    exit_code: state.exit_code,
-                    output,
-                });
+            if let Some(exit_code) = self.exec_exit_code(&session).await? {
+                return Ok(ExecOutput { exit_code, output });
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(Duration::from_millis(50));
@@ -480,6 +494,60 @@ impl Podman for LibpodClient {
             target: container.to_owned(),
             reason: format!("exec session {session} still running after its output closed"),
         })
+    }
+
+    async fn container_exec_attach(&self, container: &str, exec: &ExecSpec) -> Result<ExecAttach> {
+        let t = ctr("container exec", container);
+        let session = self.exec_create(container, exec, exec.stdin).await?;
+        let path = format!("{API_PREFIX}/exec/{session}/start");
+        let start = serde_json::json!({ "Detach": false, "Tty": exec.tty }).to_string();
+        let (mut resp, _conn) = open_with(
+            &self.socket,
+            Method::POST,
+            &path,
+            ReqBody::Full(Some(start.into())),
+            Some("application/json"),
+            true,
+            t,
+        )
+        .await?;
+        if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let status = resp.status();
+            let body = resp
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| http_error(&self.socket, t, e))?
+                .to_bytes();
+            if status.is_success() {
+                return Err(Error::BadResponse {
+                    socket: self.socket.clone(),
+                    op: t.op,
+                    target: container.to_owned(),
+                    reason: format!("podman answered {status} instead of upgrading the connection"),
+                });
+            }
+            return Err(self.status_error(status, &body, t));
+        }
+        // `_conn` must live until the upgrade has taken the socket over.
+        let upgraded = hyper::upgrade::on(&mut resp)
+            .await
+            .map_err(|e| http_error(&self.socket, t, e))?;
+        Ok(ExecAttach::new(session, exec.tty, TokioIo::new(upgraded)))
+    }
+
+    async fn exec_exit_code(&self, session: &str) -> Result<Option<i32>> {
+        let t = Target {
+            op: "exec inspect",
+            kind: ObjectKind::Container,
+            name: session,
+        };
+        let path = format!("{API_PREFIX}/exec/{}/json", encode(session));
+        let reply = self
+            .call(Method::GET, &path, ReqBody::empty(), None, t)
+            .await?;
+        let state: ExecInspect = self.decode(&reply, t)?;
+        Ok((!state.running).then_some(state.exit_code))
     }
 
     async fn container_delete(&self, container: &str, force: bool) -> Result<()> {
@@ -609,6 +677,20 @@ async fn open(
     content_type: Option<&'static str>,
     t: Target<'_>,
 ) -> Result<(Response<Incoming>, ConnTask)> {
+    open_with(socket, method, path_and_query, body, content_type, false, t).await
+}
+
+/// [`open`], optionally asking for a connection upgrade (`Upgrade: tcp`, as
+/// Podman's attach and exec endpoints expect).
+async fn open_with(
+    socket: &Path,
+    method: Method,
+    path_and_query: &str,
+    body: ReqBody,
+    content_type: Option<&'static str>,
+    upgrade: bool,
+    t: Target<'_>,
+) -> Result<(Response<Incoming>, ConnTask)> {
     let stream = UnixStream::connect(socket)
         .await
         .map_err(|source| Error::Connect {
@@ -619,7 +701,8 @@ async fn open(
         .await
         .map_err(|e| http_error(socket, t, e))?;
     let conn = ConnTask(tokio::spawn(async move {
-        if let Err(e) = conn.await {
+        // `with_upgrades`: after a 101 the socket is handed to the upgrade.
+        if let Err(e) = conn.with_upgrades().await {
             tracing::debug!(error = %e, "podman connection closed with an error");
         }
     }));
@@ -630,6 +713,9 @@ async fn open(
         .header(HOST, "d");
     if let Some(ct) = content_type {
         req = req.header(CONTENT_TYPE, ct);
+    }
+    if upgrade {
+        req = req.header(CONNECTION, "Upgrade").header(UPGRADE, "tcp");
     }
     let req = req.body(body).map_err(|e| Error::BadResponse {
         socket: socket.to_owned(),

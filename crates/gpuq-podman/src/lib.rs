@@ -31,6 +31,7 @@
 mod body;
 mod client;
 mod error;
+mod exec;
 mod image_id;
 mod logs;
 mod types;
@@ -42,6 +43,7 @@ use std::time::Duration;
 pub use body::ImageArchive;
 pub use client::{LibpodClient, DEFAULT_SOCKET};
 pub use error::{Error, ObjectKind, Result};
+pub use exec::{AttachIo, ExecAttach, ExecOutputReader, ExecStdin};
 pub use image_id::ImageId;
 pub use logs::{demux, LogChunk, LogOptions, LogStream, Logs};
 pub use types::{
@@ -137,6 +139,18 @@ pub trait Podman: Send + Sync {
         container: &str,
         exec: &ExecSpec,
     ) -> impl Future<Output = Result<ExecOutput>> + Send;
+
+    /// Starts a command in a running container with stdin attached (set
+    /// `exec.stdin`) over an upgraded connection: write its stdin and read
+    /// its output as it runs. Then [`Podman::exec_exit_code`].
+    fn container_exec_attach(
+        &self,
+        container: &str,
+        exec: &ExecSpec,
+    ) -> impl Future<Output = Result<ExecAttach>> + Send;
+
+    /// The exit code of an exec session, or `None` while it runs.
+    fn exec_exit_code(&self, session: &str) -> impl Future<Output = Result<Option<i32>>> + Send;
 
     /// Removes a container; with `force`, a running one is killed first
     /// (no grace period: stop it first for that). A missing container is

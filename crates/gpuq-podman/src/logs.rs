@@ -109,6 +109,14 @@ pub(crate) struct Demuxer {
 }
 
 impl Demuxer {
+    /// A demuxer for a TTY's raw output: every byte is stdout.
+    pub(crate) fn raw() -> Self {
+        Self {
+            buf: BytesMut::new(),
+            raw: true,
+        }
+    }
+
     pub(crate) fn push(&mut self, data: &[u8]) {
         self.buf.extend_from_slice(data);
     }

@@ -557,6 +557,8 @@ pub struct ExecSpec {
     pub privileged: bool,
     /// Allocate a TTY (output then comes back raw, as stdout).
     pub tty: bool,
+    /// Attach stdin ([`crate::Podman::container_exec_attach`] only).
+    pub stdin: bool,
 }
 
 impl ExecSpec {
@@ -573,11 +575,11 @@ impl ExecSpec {
     }
 
     /// The exec-create JSON (libpod takes Docker's `ExecConfig` shape).
-    pub(crate) fn to_libpod_json(&self) -> Value {
+    pub(crate) fn to_libpod_json(&self, attach_stdin: bool) -> Value {
         let mut m = Map::new();
         m.insert("AttachStdout".into(), json!(true));
         m.insert("AttachStderr".into(), json!(true));
-        m.insert("AttachStdin".into(), json!(false));
+        m.insert("AttachStdin".into(), json!(attach_stdin));
         m.insert("Cmd".into(), json!(self.cmd));
         m.insert("Tty".into(), json!(self.tty));
         if !self.env.is_empty() {

@@ -543,3 +543,55 @@ async fn followed_logs_arrive_while_the_container_runs_and_end_when_it_exits() {
         .unwrap_err();
     assert!(err.is_not_found(), "{err}");
 }
+
+#[tokio::test]
+async fn interactive_exec_takes_stdin_and_streams_output_over_an_upgraded_connection() {
+    let Some((_svc, client, image)) =
+        ready("interactive_exec_takes_stdin_and_streams_output_over_an_upgraded_connection").await
+    else {
+        return;
+    };
+    let id = client
+        .container_create(&spec("server-i", &image, "sleep 1000"))
+        .await
+        .expect("create");
+    client.container_start(&id).await.expect("start");
+    // `cat` echoes stdin line by line: a reply before stdin closes proves
+    // both directions stream.
+    let mut exec = ExecSpec::new(["sh", "-c", "cat; echo done >&2; exit 7"]);
+    exec.stdin = true;
+    let session = client
+        .container_exec_attach(&id, &exec)
+        .await
+        .expect("exec attach");
+    let session_id = session.session.clone();
+    let (mut stdin, mut output) = session.split();
+    let io = async {
+        stdin.write_all(b"first line\n").await.expect("write stdin");
+        let echoed = output.next_chunk().await.expect("read").expect("output");
+        assert_eq!(&echoed.data[..], b"first line\n");
+        assert_eq!(echoed.stream, gpuq_podman::LogStream::Stdout);
+        stdin.write_all(b"second\n").await.expect("write stdin");
+        stdin.close().await.expect("close stdin");
+        let mut rest = gpuq_podman::Logs::default();
+        while let Some(c) = output.next_chunk().await.expect("read") {
+            rest.chunks.push(c);
+        }
+        rest
+    };
+    let rest = tokio::time::timeout(Duration::from_secs(30), io)
+        .await
+        .expect("exec session did not finish");
+    assert_eq!(rest.stdout_lossy(), "second\n");
+    assert_eq!(rest.stderr_lossy(), "done\n");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(code) = client.exec_exit_code(&session_id).await.expect("exit code") {
+            break code;
+        }
+        assert!(Instant::now() < deadline, "exec never finished");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(code, 7);
+}
