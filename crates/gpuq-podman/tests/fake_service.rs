@@ -211,3 +211,40 @@ async fn podman_error_bodies_are_carried_in_the_error() {
     let err = client.container_inspect("nope").await.unwrap_err();
     assert!(err.is_not_found(), "{err}");
 }
+
+/// The node daemon will be generic over `P: Podman` and call it from spawned
+/// tasks: the trait's futures must be `Send` through a generic bound.
+async fn list_in_a_spawned_task<P: Podman + 'static>(podman: Arc<P>) -> gpuq_podman::Result<usize> {
+    tokio::spawn(async move {
+        podman
+            .container_list(&gpuq_podman::LabelFilter::ours())
+            .await
+            .map(|l| l.len())
+    })
+    .await
+    .expect("task")
+}
+
+#[tokio::test]
+async fn the_trait_is_usable_generically_from_spawned_tasks() {
+    let f = fake(vec![
+        ("/v4.0.0/libpod/_ping", ping("4.9.4-rhel")),
+        (
+            "/v4.0.0/libpod/containers/json",
+            Canned {
+                status: "200 OK",
+                headers: vec![],
+                body: "[]".into(),
+            },
+        ),
+    ]);
+    let client = LibpodClient::connect(&f.socket)
+        .await
+        .expect("4.9 accepted");
+    assert_eq!(
+        list_in_a_spawned_task(Arc::new(client))
+            .await
+            .expect("list"),
+        0
+    );
+}
