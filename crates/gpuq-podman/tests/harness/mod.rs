@@ -10,9 +10,12 @@
 //!
 //! On drop (also when a test panics) it removes the containers it made with
 //! the podman CLI pointed at the same storage, kills exactly the PID it
-//! started, unmounts whatever containers/storage left mounted under its temp
-//! dir (the overlay driver bind-mounts `root/overlay` onto itself; each
-//! container has a `shm` tmpfs), by path, deepest first, and removes the dir.
+//! started, ends the conmon processes whose command line names its unique
+//! temp dir (exec sessions' conmons otherwise linger 300 s and then run a
+//! cleanup command that recreates the storage), unmounts whatever
+//! containers/storage left mounted under its temp dir (the overlay driver
+//! bind-mounts `root/overlay` onto itself; each container has a `shm`
+//! tmpfs), by path, deepest first, and removes the dir.
 //! Only the harness runs the podman binary; the crate under test never does.
 
 #![allow(dead_code)] // Each test binary uses a different part of the harness.
@@ -220,10 +223,72 @@ fn unescape_mountinfo(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+impl PodmanService {
+    /// PIDs of processes whose command line names our temp dir: conmon
+    /// (one per container, and one per exec session, which lingers for its
+    /// `--exit-delay` of 300 s) and the `podman container cleanup` exit
+    /// commands they run. Our dir's name is unique, so this matches only
+    /// what this service started.
+    fn our_processes(&self) -> Vec<i32> {
+        let needle = format!("{}/", self.dir().display());
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| {
+                        String::from_utf8_lossy(&c)
+                            .replace('\0', " ")
+                            .contains(&needle)
+                    })
+                    .unwrap_or(false)
+            })
+            .collect()
+    }
+
+    /// Lets our stragglers exit on their own for a moment, then SIGKILLs
+    /// each by PID.
+    fn end_our_processes(&self) {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        loop {
+            let pids = self.our_processes();
+            if pids.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                for pid in pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                if self.our_processes().is_empty() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn unmount_ours(&self) {
+        for m in self.our_mounts() {
+            let ok = Command::new("umount")
+                .arg(&m)
+                .status()
+                .is_ok_and(|s| s.success());
+            if !ok {
+                let _ = Command::new("umount").arg("-l").arg(&m).status();
+            }
+        }
+    }
+}
+
 impl Drop for PodmanService {
     fn drop(&mut self) {
-        // 1. Remove every container of this storage (kills running ones;
-        //    their conmon processes exit with them).
+        // 1. Remove every container of this storage (kills running ones).
         let out = self
             .podman()
             .args(["rm", "--all", "--force", "--time", "0"])
@@ -241,27 +306,30 @@ impl Drop for PodmanService {
             let _ = child.kill();
             let _ = child.wait();
         }
-        // 3. Unmount what storage left mounted under our dir, by path.
-        for m in self.our_mounts() {
-            let ok = Command::new("umount")
-                .arg(&m)
-                .status()
-                .is_ok_and(|s| s.success());
-            if !ok {
-                let _ = Command::new("umount").arg("-l").arg(&m).status();
+        // 3. conmon processes and their cleanup commands: left alone, an exec
+        //    session's conmon would run `podman --root <our dir> container
+        //    cleanup` 300 s from now and recreate (and mount) our storage.
+        // 4. Unmount what containers/storage left mounted under our dir, by
+        //    path, deepest first, then remove the dir. Twice if needed: a
+        //    cleanup command that was mid-way can remount.
+        for attempt in 0..3 {
+            self.end_our_processes();
+            self.unmount_ours();
+            let dir = self.dir().to_owned();
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => break,
+                Err(e) if attempt == 2 => {
+                    eprintln!("harness: cannot remove {}: {e}", dir.display());
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
             }
         }
         let left = self.our_mounts();
         if !left.is_empty() {
             eprintln!("harness: mounts left behind: {left:?}");
         }
-        // 4. Remove the temp dir (TempDir's drop).
-        if let Some(dir) = self.dir.take() {
-            let path = dir.path().to_owned();
-            if let Err(e) = dir.close() {
-                eprintln!("harness: cannot remove {}: {e}", path.display());
-            }
-        }
+        // The TempDir's own drop finds the dir gone, which is fine.
+        drop(self.dir.take());
     }
 }
 
