@@ -31,12 +31,28 @@ export CONTAINERS_CONF=$tmp/containers.conf TMPDIR=$tmp/vartmp
 P=(podman --root "$tmp/root" --runroot "$tmp/runroot" --tmpdir "$tmp/tmp")
 svc_pid=
 
+our_pids() {
+    local f
+    for f in /proc/[0-9]*/cmdline; do
+        [[ $(tr '\0' ' ' <"$f" 2>/dev/null) == *"$tmp/"* ]] && { f=${f#/proc/}; echo "${f%/cmdline}"; }
+    done
+    return 0
+}
+
 cleanup() {
     "${P[@]}" rm --all --force --time 0 >/dev/null 2>&1 || true
     if [[ -n $svc_pid ]]; then
         kill "$svc_pid" 2>/dev/null || true
         wait "$svc_pid" 2>/dev/null || true
     fi
+    # conmon processes and their `podman container cleanup` exit commands
+    # name our unique dir: let them finish, then kill stragglers by PID.
+    for _ in $(seq 30); do
+        ours_pids=$(our_pids)
+        [[ -z $ours_pids ]] && break
+        sleep 0.1
+    done
+    for p in $(our_pids); do kill -9 "$p" 2>/dev/null || true; done
     # Unmount what containers/storage left under our dir, deepest first.
     awk -v p="$tmp" '$5 == p || index($5, p "/") == 1 {print $5}' /proc/self/mountinfo |
         sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
