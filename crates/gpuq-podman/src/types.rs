@@ -257,6 +257,8 @@ pub struct ContainerSpec {
     pub pid: Namespace,
     /// IPC namespace.
     pub ipc: Namespace,
+    /// Cgroup namespace (DAOS servers: host).
+    pub cgroup: Namespace,
     /// Mounts, in order.
     pub mounts: Vec<Mount>,
     /// Host device paths to pass in (`/dev/fuse`).
@@ -294,6 +296,7 @@ impl ContainerSpec {
             network: Namespace::Default,
             pid: Namespace::Default,
             ipc: Namespace::Default,
+            cgroup: Namespace::Default,
             mounts: Vec::new(),
             devices: Vec::new(),
             rlimits: Vec::new(),
@@ -340,6 +343,7 @@ impl ContainerSpec {
             ("netns", self.network),
             ("pidns", self.pid),
             ("ipcns", self.ipc),
+            ("cgroupns", self.cgroup),
         ] {
             if let Some(v) = ns.to_json() {
                 m.insert(key.into(), v);

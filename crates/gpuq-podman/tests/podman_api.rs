@@ -595,3 +595,146 @@ async fn interactive_exec_takes_stdin_and_streams_output_over_an_upgraded_connec
     };
     assert_eq!(code, 7);
 }
+
+/// Podman ignores JSON fields it does not know, so a misspelt spec field
+/// would silently do nothing: check each one's effect inside the container.
+#[tokio::test]
+async fn a_client_shaped_spec_is_applied_field_by_field() {
+    let Some((svc, client, image)) = ready("a_client_shaped_spec_is_applied_field_by_field").await
+    else {
+        return;
+    };
+    let shared = svc.dir().join("submit");
+    std::fs::create_dir(&shared).expect("mkdir");
+    std::fs::write(shared.join("input.txt"), "payload\n").expect("write");
+    let host_net = std::fs::read_link("/proc/self/ns/net").expect("own netns");
+
+    let mut s = spec(
+        "client-shaped",
+        &image,
+        "echo uid=$(id -u) gid=$(id -g); echo cwd=$(pwd); echo env=$JOB; \
+         cat /submit/input.txt; echo net=$(readlink /proc/self/ns/net); \
+         grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; \
+         touch /submit/new 2>/dev/null && echo mount=rw || echo mount=ro; \
+         touch /rootfs-file 2>/dev/null && echo rootfs=rw || echo rootfs=ro",
+    );
+    s.user = Some("1000:1000".into());
+    s.work_dir = Some("/submit".into());
+    s.env.insert("JOB".into(), "42".into());
+    s.cap_drop = vec!["ALL".into()];
+    s.no_new_privileges = true;
+    s.read_only_rootfs = true;
+    s.mounts = vec![gpuq_podman::Mount::bind(shared.to_string_lossy(), "/submit").read_only()];
+    let (id, code) = run_to_exit(&client, &s).await;
+    let out = client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs");
+    assert_eq!(code, 0, "stderr: {}", out.stderr_lossy());
+    let out = out.stdout_lossy();
+    for want in [
+        "uid=1000 gid=1000".to_owned(),
+        "cwd=/submit".to_owned(),
+        "env=42".to_owned(),
+        "payload".to_owned(),
+        format!("net={}", host_net.display()),
+        "CapEff:\t0000000000000000".to_owned(),
+        "NoNewPrivs:\t1".to_owned(),
+        "mount=ro".to_owned(),
+        "rootfs=ro".to_owned(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_shaped_spec_is_applied_field_by_field() {
+    let Some((svc, client, image)) = ready("a_server_shaped_spec_is_applied_field_by_field").await
+    else {
+        return;
+    };
+    // Stands in for the host's /lib/modules (absent on this build machine).
+    let modules = svc.dir().join("modules");
+    std::fs::create_dir(&modules).expect("mkdir");
+    let own = |ns: &str| {
+        std::fs::read_link(format!("/proc/self/ns/{ns}"))
+            .expect("own namespace")
+            .display()
+            .to_string()
+    };
+    let mut s = spec(
+        "server-shaped",
+        &image,
+        "for ns in net pid ipc cgroup; do echo $ns=$(readlink /proc/self/ns/$ns); done; \
+         grep -E '^Max (locked memory|open files)' /proc/self/limits | tr -s ' '; \
+         grep -E '^CapEff' /proc/self/status; \
+         grep -q ' /lib/modules ' /proc/mounts && echo modules=mounted; \
+         touch /lib/modules/x 2>/dev/null && echo modules=rw || echo modules=ro; \
+         grep -q '^tmpfs /run ' /proc/mounts && echo run=tmpfs; \
+         test -c /dev/null && echo dev=ok",
+    );
+    s.labels = lease_labels("L1", Role::Server);
+    s.privileged = true;
+    s.pid = Namespace::Host;
+    s.ipc = Namespace::Host;
+    s.cgroup = Namespace::Host;
+    // DAOS wants memlock unlimited; this sandbox refuses raising the hard
+    // limit (runc: "error setting rlimit type 8"), so ask for exactly ours.
+    let memlock = own_hard_memlock();
+    s.rlimits = vec![
+        gpuq_podman::Rlimit::new("memlock", memlock),
+        // With any rlimit in the spec, Podman 4.3 no longer applies
+        // containers.conf's default_ulimits; this sandbox then refuses its
+        // built-in nproc default, so set it too.
+        gpuq_podman::Rlimit::new("nproc", 4096),
+        gpuq_podman::Rlimit {
+            kind: "nofile".into(),
+            soft: 2048,
+            hard: 4096,
+        },
+    ];
+    s.mounts = vec![
+        gpuq_podman::Mount::bind(modules.to_string_lossy(), "/lib/modules").read_only(),
+        gpuq_podman::Mount::tmpfs("/run"),
+    ];
+    let (id, code) = run_to_exit(&client, &s).await;
+    let out = client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs");
+    assert_eq!(code, 0, "stderr: {}", out.stderr_lossy());
+    let out = out.stdout_lossy();
+    for want in [
+        format!("net={}", own("net")),
+        format!("pid={}", own("pid")),
+        format!("ipc={}", own("ipc")),
+        format!("cgroup={}", own("cgroup")),
+        format!("Max locked memory {memlock} {memlock} bytes"),
+        "Max open files 2048 4096 files".to_owned(),
+        "modules=mounted".to_owned(),
+        "modules=ro".to_owned(),
+        "run=tmpfs".to_owned(),
+        "dev=ok".to_owned(),
+    ] {
+        assert!(out.contains(&want), "missing {want:?} in:\n{out}");
+    }
+    assert!(
+        !out.contains("CapEff:\t0000000000000000"),
+        "privileged has capabilities:\n{out}"
+    );
+}
+
+/// This process's hard RLIMIT_MEMLOCK in bytes, from /proc/self/limits.
+fn own_hard_memlock() -> u64 {
+    let limits = std::fs::read_to_string("/proc/self/limits").expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max locked memory"))
+        .expect("memlock line");
+    let hard = line.split_whitespace().nth(4).expect("hard column");
+    if hard == "unlimited" {
+        gpuq_podman::Rlimit::UNLIMITED
+    } else {
+        hard.parse().expect("number")
+    }
+}

@@ -42,7 +42,9 @@ events_logger = "file"
 const BUSYBOX: &str = "/bin/busybox";
 
 /// The applets linked into the test image.
-const APPLETS: &[&str] = &["sh", "sleep", "cat", "echo", "true", "false"];
+const APPLETS: &[&str] = &[
+    "sh", "sleep", "cat", "echo", "true", "false", "readlink", "id", "touch", "grep", "tr",
+];
 
 /// Returns a reason to skip when podman is not installed (CI installs it).
 pub fn skip_reason() -> Option<String> {
