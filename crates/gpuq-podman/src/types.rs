@@ -110,9 +110,15 @@ impl LabelFilter {
 }
 
 /// A namespace choice for a new container.
+///
+/// For the network, `Default` and `Private` mean Podman's default network:
+/// on rootful Podman a bridge (CNI or netavark) that creates a host
+/// interface (`cni-podman0`/`podman0`), iptables chains and enables
+/// `ip_forward` on the node. gpuq's containers use `Host` (DAOS) and
+/// otherwise `None`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Namespace {
-    /// Podman's default (private; for the network, Podman's default network).
+    /// Podman's default (a private namespace; see above for the network).
     #[default]
     Default,
     /// Share the host's (the node's) namespace.

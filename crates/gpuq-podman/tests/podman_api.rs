@@ -648,6 +648,48 @@ async fn a_client_shaped_spec_is_applied_field_by_field() {
 }
 
 #[tokio::test]
+async fn entrypoint_hostname_devices_and_added_capabilities_are_applied() {
+    let Some((_svc, client, image)) =
+        ready("entrypoint_hostname_devices_and_added_capabilities_are_applied").await
+    else {
+        return;
+    };
+    let device = ["/dev/fuse", "/dev/loop-control", "/dev/kmsg"]
+        .into_iter()
+        .find(|d| std::path::Path::new(d).exists())
+        .expect("a character device to pass in");
+    let mut s = ContainerSpec::new("misc", image.id.clone());
+    // Its own UTS namespace needs a network namespace of its own; `None`
+    // (loopback only) touches nothing on the host, unlike Podman's default
+    // network, whose CNI bridge adds a host interface and iptables chains.
+    s.network = Namespace::None;
+    s.entrypoint = Some(vec!["sh".into(), "-c".into()]);
+    s.command = vec![format!(
+        "echo host=$(hostname); test -c {device} && echo device=ok; grep ^CapEff /proc/self/status"
+    )];
+    s.hostname = Some("gpuq-node-test".into());
+    s.devices = vec![device.to_owned()];
+    s.cap_drop = vec!["ALL".into()];
+    s.cap_add = vec!["NET_BIND_SERVICE".into()];
+    s.stop_timeout = Some(3);
+    let (id, code) = run_to_exit(&client, &s).await;
+    let out = client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs");
+    assert_eq!(code, 0, "stderr: {}", out.stderr_lossy());
+    let out = out.stdout_lossy();
+    for want in [
+        "host=gpuq-node-test",
+        "device=ok",
+        // CAP_NET_BIND_SERVICE is bit 10.
+        "CapEff:\t0000000000000400",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+}
+
+#[tokio::test]
 async fn a_server_shaped_spec_is_applied_field_by_field() {
     let Some((svc, client, image)) = ready("a_server_shaped_spec_is_applied_field_by_field").await
     else {

@@ -44,6 +44,7 @@ const BUSYBOX: &str = "/bin/busybox";
 /// The applets linked into the test image.
 const APPLETS: &[&str] = &[
     "sh", "sleep", "cat", "echo", "true", "false", "readlink", "id", "touch", "grep", "tr",
+    "hostname",
 ];
 
 /// Returns a reason to skip when podman is not installed (CI installs it).
