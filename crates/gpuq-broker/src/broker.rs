@@ -273,10 +273,7 @@ impl Broker {
         );
         let position = self
             .store
-            .by_state(&[JobState::Queued, JobState::Running])?
-            .iter()
-            .filter(|j| j.id < job.id)
-            .count();
+            .count(&[JobState::Queued, JobState::Running], Some(job.id))?;
         tracing::info!(job = %job.id, uid = job.uid, "queued");
         self.wake.notify_one();
         Ok(SubmitResponse {
@@ -287,21 +284,40 @@ impl Broker {
     }
 
     pub fn list(&self, all: bool) -> Result<JobList, ApiError> {
-        let jobs = if all {
-            self.store.all()?
-        } else {
-            self.store
-                .by_state(&[JobState::Queued, JobState::Running])?
-        };
+        let mut jobs = Vec::new();
+        self.list_each(all, |v| jobs.push(v))?;
         Ok(JobList {
-            jobs: jobs.iter().map(Job::view).collect(),
+            jobs,
             broker: self.status()?,
         })
     }
 
+    /// The same list as [`Broker::list`], as JSON, encoded row by row.
+    pub fn list_json(&self, all: bool) -> Result<Vec<u8>, ApiError> {
+        let mut out = b"{\"jobs\":[".to_vec();
+        let mut first = true;
+        self.list_each(all, |v| {
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            // Serialising our own plain structs into a Vec cannot fail.
+            let _ = serde_json::to_writer(&mut out, &v);
+        })?;
+        out.extend_from_slice(b"],\"broker\":");
+        let _ = serde_json::to_writer(&mut out, &self.status()?);
+        out.push(b'}');
+        Ok(out)
+    }
+
+    fn list_each(&self, all: bool, f: impl FnMut(JobView)) -> Result<(), ApiError> {
+        let states = [JobState::Queued, JobState::Running];
+        Ok(self.store.for_each_view((!all).then_some(&states[..]), f)?)
+    }
+
     pub fn status(&self) -> Result<BrokerStatus, ApiError> {
-        let running = self.store.by_state(&[JobState::Running])?;
-        let queued = self.store.by_state(&[JobState::Queued])?.len();
+        let running = self.store.jobs(Some(&[JobState::Running]), false)?;
+        let queued = self.store.count(&[JobState::Queued], None)?;
         Ok(BrokerStatus {
             version: env!("CARGO_PKG_VERSION").to_string(),
             lock: self.lock_state(),
@@ -477,7 +493,7 @@ impl Broker {
     }
 
     async fn tick(self: &Arc<Self>) -> Result<(), ApiError> {
-        let queued = self.store.by_state(&[JobState::Queued])?;
+        let queued = self.store.queue()?;
         let lock = self.lock_state();
         let hold = self.hold_state();
         let running = !self.running_guard().is_empty();
@@ -502,7 +518,7 @@ impl Broker {
             }
             Gate::Start(id) => {
                 *self.gate_reason.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                if let Some(job) = queued.into_iter().find(|j| j.id == id) {
+                if let Some(job) = self.store.get(id)? {
                     self.start(job).await?;
                 }
             }

@@ -6,7 +6,7 @@
 //! - who may act on which job.
 
 use crate::store::Job;
-use gpuq_protocol::{HoldInfo, JobState, LockInfo};
+use gpuq_protocol::{HoldInfo, LockInfo};
 
 /// Environment variables never passed from the submitting shell to a job.
 /// `DAOS_*` belonged to the old per-institution systems (`DAOS_POOL`,
@@ -21,6 +21,13 @@ pub fn filter_env(env: &[(String, String)], job_id: u64) -> Vec<(String, String)
         .collect();
     out.push(("GPUQ_JOB_ID".into(), job_id.to_string()));
     out
+}
+
+/// A queued job as the gate sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueEntry {
+    pub id: gpuq_protocol::JobId,
+    pub uid: u32,
 }
 
 /// What the gate sees. Built from broker state, the lock file, the hold and the GPU probe.
@@ -43,7 +50,7 @@ pub enum Gate {
 }
 
 /// Pick the job to start, or say why none starts. `queued` must be oldest first.
-pub fn decide(queued: &[Job], inputs: &GateInputs<'_>) -> Gate {
+pub fn decide(queued: &[QueueEntry], inputs: &GateInputs<'_>) -> Gate {
     if let Some(h) = inputs.hold {
         return Gate::Wait(Some(format!(
             "recovery hold on lease {}: {} (operator: `sudo gpuq recover`)",
@@ -64,7 +71,6 @@ pub fn decide(queued: &[Job], inputs: &GateInputs<'_>) -> Gate {
             (!queued.is_empty()).then(|| format!("maintenance lock: {}", l.reason))
         }));
     };
-    debug_assert_eq!(next.state, JobState::Queued);
     match &inputs.gpu {
         Ok(None) => Gate::Start(next.id),
         Ok(Some(busy)) => Gate::Wait(Some(format!("GPU busy: {busy}"))),
@@ -80,7 +86,7 @@ pub fn may_act_on(uid: u32, job: &Job) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuq_protocol::JobId;
+    use gpuq_protocol::{JobId, JobState};
     use std::path::PathBuf;
 
     fn job(id: u64, uid: u32) -> Job {
@@ -108,6 +114,10 @@ mod tests {
         }
     }
 
+    fn q(id: u64, uid: u32) -> QueueEntry {
+        QueueEntry { id: JobId(id), uid }
+    }
+
     fn idle() -> GateInputs<'static> {
         GateInputs {
             hold: None,
@@ -128,19 +138,19 @@ mod tests {
 
     #[test]
     fn strict_fifo() {
-        let q = [job(3, 1000), job(4, 0), job(7, 1001)];
-        assert_eq!(decide(&q, &idle()), Gate::Start(JobId(3)));
+        let queue = [q(3, 1000), q(4, 0), q(7, 1001)];
+        assert_eq!(decide(&queue, &idle()), Gate::Start(JobId(3)));
         assert_eq!(decide(&[], &idle()), Gate::Wait(None));
     }
 
     #[test]
     fn one_job_at_a_time() {
-        let q = [job(3, 1000)];
+        let queue = [q(3, 1000)];
         let g = GateInputs {
             running: true,
             ..idle()
         };
-        assert_eq!(decide(&q, &g), Gate::Wait(None));
+        assert_eq!(decide(&queue, &g), Gate::Wait(None));
     }
 
     #[test]
@@ -150,11 +160,8 @@ mod tests {
             lock: Some(&l),
             ..idle()
         };
-        assert_eq!(
-            decide(&[job(3, 1000), job(4, 0)], &g),
-            Gate::Start(JobId(4))
-        );
-        match decide(&[job(3, 1000)], &g) {
+        assert_eq!(decide(&[q(3, 1000), q(4, 0)], &g), Gate::Start(JobId(4)));
+        match decide(&[q(3, 1000)], &g) {
             Gate::Wait(Some(why)) => assert!(why.contains("DAOS maintenance"), "{why}"),
             other => panic!("{other:?}"),
         }
@@ -171,7 +178,7 @@ mod tests {
             hold: Some(&h),
             ..idle()
         };
-        match decide(&[job(1, 0)], &g) {
+        match decide(&[q(1, 0)], &g) {
             Gate::Wait(Some(why)) => assert!(why.contains("L1") && why.contains("recover")),
             other => panic!("{other:?}"),
         }
@@ -183,13 +190,13 @@ mod tests {
             gpu: Ok(Some("pid 42 (python)".into())),
             ..idle()
         };
-        assert!(matches!(decide(&[job(1, 5)], &busy), Gate::Wait(Some(w)) if w.contains("pid 42")));
+        assert!(matches!(decide(&[q(1, 5)], &busy), Gate::Wait(Some(w)) if w.contains("pid 42")));
         let unknown = GateInputs {
             gpu: Err("libnvidia-ml.so.1 not found".into()),
             ..idle()
         };
         assert!(
-            matches!(decide(&[job(1, 5)], &unknown), Gate::Wait(Some(w)) if w.contains("libnvidia"))
+            matches!(decide(&[q(1, 5)], &unknown), Gate::Wait(Some(w)) if w.contains("libnvidia"))
         );
     }
 

@@ -131,7 +131,12 @@ async fn route(
     match (method, segments.as_slice()) {
         (Method::GET, ["v1", "jobs"]) => {
             let all = query_flag(&req, "all");
-            Ok(json(StatusCode::OK, &broker.list(all)?))
+            let body = broker.list_json(all)?;
+            Ok(Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "application/json")
+                .body(full(body))
+                .unwrap_or_else(|_| Response::new(full(""))))
         }
         (Method::POST, ["v1", "jobs"]) => {
             let body: SubmitRequest = read_json(req).await?;

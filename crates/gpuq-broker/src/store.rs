@@ -6,6 +6,7 @@
 //! job can move from `queued` to `running` exactly once: a job is never run
 //! twice, even across crashes.
 
+use crate::policy::QueueEntry;
 use gpuq_protocol::{JobId, JobState, JobView};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
@@ -53,6 +54,28 @@ pub struct Job {
 }
 
 impl Job {
+    pub fn into_view(self) -> JobView {
+        JobView {
+            id: self.id,
+            uid: self.uid,
+            user: self.user,
+            state: self.state,
+            name: self.name,
+            argv: self.argv,
+            cwd: self.cwd,
+            inst: self.inst,
+            stor: self.stor,
+            submitted_at: self.submitted_at,
+            started_at: self.started_at,
+            ended_at: self.ended_at,
+            time_limit_secs: self.time_limit_secs,
+            exit_code: self.exit_code,
+            signal: self.signal,
+            reason: self.reason,
+            log_path: self.log_path.display().to_string(),
+        }
+    }
+
     pub fn view(&self) -> JobView {
         JobView {
             id: self.id,
@@ -225,31 +248,113 @@ impl Store {
         row.map(|r| r.into_job(&self.path)).transpose()
     }
 
-    /// Jobs in `states`, oldest first. `limit` bounds the number returned (newest kept).
-    pub fn by_state(&self, states: &[JobState]) -> Result<Vec<Job>, StoreError> {
-        let list = states
-            .iter()
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect::<Vec<_>>()
-            .join(",");
+    /// Jobs in `states` (all jobs for `None`), oldest first. With
+    /// `with_env: false` the (large) environment column is not read: views
+    /// and lists never show it.
+    pub fn jobs(
+        &self,
+        states: Option<&[JobState]>,
+        with_env: bool,
+    ) -> Result<Vec<Job>, StoreError> {
+        let filter = match states {
+            Some(states) => format!(
+                "WHERE state IN ({})",
+                states
+                    .iter()
+                    .map(|s| format!("'{}'", s.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None => String::new(),
+        };
+        let columns = if with_env {
+            COLUMNS.to_string()
+        } else {
+            COLUMNS.replace(" env,", " '[]',")
+        };
         let rows = self.with(|c| {
-            let mut st = c.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM jobs WHERE state IN ({list}) ORDER BY id"
-            ))?;
+            let mut st =
+                c.prepare_cached(&format!("SELECT {columns} FROM jobs {filter} ORDER BY id"))?;
             let rows = st.query_map([], RawJob::from_row)?;
             rows.collect::<Result<Vec<_>, _>>()
         })?;
         rows.into_iter().map(|r| r.into_job(&self.path)).collect()
     }
 
-    /// Every job, oldest first.
-    pub fn all(&self) -> Result<Vec<Job>, StoreError> {
-        let rows = self.with(|c| {
-            let mut st = c.prepare_cached(&format!("SELECT {COLUMNS} FROM jobs ORDER BY id"))?;
-            let rows = st.query_map([], RawJob::from_row)?;
-            rows.collect::<Result<Vec<_>, _>>()
+    /// Call `f` with each job in `states` (all for `None`), oldest first,
+    /// without its environment and without collecting them: `gpuq list --all`
+    /// over a long history costs one row at a time, not the whole table.
+    pub fn for_each_view(
+        &self,
+        states: Option<&[JobState]>,
+        mut f: impl FnMut(JobView),
+    ) -> Result<(), StoreError> {
+        let filter = match states {
+            Some(states) => format!(
+                "WHERE state IN ({})",
+                states
+                    .iter()
+                    .map(|s| format!("'{}'", s.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None => String::new(),
+        };
+        let columns = COLUMNS.replace(" env,", " '[]',");
+        let mut bad = None;
+        self.with(|c| {
+            let mut st =
+                c.prepare_cached(&format!("SELECT {columns} FROM jobs {filter} ORDER BY id"))?;
+            let mut rows = st.query([])?;
+            while let Some(row) = rows.next()? {
+                match RawJob::from_row(row)?.into_job(&self.path) {
+                    Ok(job) => f(job.into_view()),
+                    Err(e) => {
+                        bad = Some(e);
+                        break;
+                    }
+                }
+            }
+            Ok(())
         })?;
-        rows.into_iter().map(|r| r.into_job(&self.path)).collect()
+        bad.map_or(Ok(()), Err)
+    }
+
+    /// Jobs in `states`, oldest first, complete.
+    pub fn by_state(&self, states: &[JobState]) -> Result<Vec<Job>, StoreError> {
+        self.jobs(Some(states), true)
+    }
+
+    /// The queue as the gate needs it: (id, uid) of queued jobs, oldest first.
+    pub fn queue(&self) -> Result<Vec<QueueEntry>, StoreError> {
+        self.with(|c| {
+            let mut st =
+                c.prepare_cached("SELECT id, uid FROM jobs WHERE state = 'queued' ORDER BY id")?;
+            let rows = st.query_map([], |r| {
+                Ok(QueueEntry {
+                    id: JobId(r.get::<_, i64>(0)? as u64),
+                    uid: r.get::<_, i64>(1)? as u32,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// How many jobs are in `states` (and older than `before`, if given).
+    pub fn count(&self, states: &[JobState], before: Option<JobId>) -> Result<usize, StoreError> {
+        let list = states
+            .iter()
+            .map(|s| format!("'{}'", s.as_str()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let before = before.map_or(i64::MAX, |b| b.0 as i64);
+        self.with(|c| {
+            c.prepare_cached(&format!(
+                "SELECT COUNT(*) FROM jobs WHERE state IN ({list}) AND id < ?1"
+            ))?
+            .query_row(params![before], |r| r.get::<_, i64>(0))
+            .map(|n| n as usize)
+        })
     }
 
     /// `queued` → `running`, durably. False if the job was not queued any more
