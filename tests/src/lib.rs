@@ -232,6 +232,14 @@ impl TestBroker {
         }
     }
 
+    /// Stop the broker the way systemd does (SIGTERM) and wait for it to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("broker is running");
+        let pid = nix::unistd::Pid::from_raw(c.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+        c.wait().expect("wait for broker")
+    }
+
     pub fn broker_log(&self) -> String {
         std::fs::read_to_string(self.path("broker.log")).unwrap_or_default()
     }

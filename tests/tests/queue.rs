@@ -379,3 +379,26 @@ fn submit_ack_survives_kill_9_right_after() {
     }
     assert_eq!(read(&w.join("out")), "0\n1\n2\n3\n4\n");
 }
+
+#[test]
+fn graceful_restart_keeps_the_running_job_and_re_adopts_it() {
+    require_env!();
+    let mut b = TestBroker::start();
+    let w = b.workdir(None, "w");
+    let id = b.submit(
+        ROOT,
+        &w,
+        &["--", "bash", "-c", "sleep 1.5; echo done > marker"],
+    );
+    b.wait_state(id, "running", 30);
+    let status = b.terminate();
+    assert!(status.success(), "broker exits 0 on SIGTERM: {status}");
+    assert!(!b.socket.exists(), "the socket is removed on a clean stop");
+    b.spawn();
+    b.wait_state(id, "completed", 30);
+    assert_eq!(
+        read(&w.join("marker")),
+        "done\n",
+        "the job ran exactly once, to its end"
+    );
+}

@@ -55,7 +55,25 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     tokio::spawn(Arc::clone(&broker).run_scheduler());
     tracing::info!(socket = %broker.config().socket.display(), "gpuq-broker ready");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
-    server::serve(listener, broker).await;
+    let socket = broker.config().socket.clone();
+    let running = Arc::clone(&broker);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = server::serve(listener, broker) => {}
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    // Jobs are in cgroups/units of their own and keep running; the next
+    // broker re-adopts them. Nothing is cancelled by a restart.
+    let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Stopping]);
+    tracing::info!(
+        running = running
+            .status()
+            .map(|s| s.running.is_some())
+            .unwrap_or(false),
+        "gpuq-broker stopping; running jobs continue and are re-adopted at the next start"
+    );
+    let _ = std::fs::remove_file(&socket);
     Ok(())
 }
 
