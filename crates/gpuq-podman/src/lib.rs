@@ -34,6 +34,8 @@ mod error;
 mod exec;
 mod image_id;
 mod logs;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod types;
 mod version;
 

@@ -1,5 +1,6 @@
-//! Test harness: a real `podman system service` per test, on its own socket
-//! and storage, and a test image assembled here without a registry.
+//! Test harness (feature `testing`): a real `podman system service` per
+//! test, on its own socket and storage, and a test image assembled here
+//! without a registry.
 //!
 //! Each [`PodmanService`] lives in a fresh temp dir under `/tmp`:
 //! `root/` (`--root`), `runroot/` (`--runroot`), `tmp/` (`--tmpdir`, libpod's
@@ -17,15 +18,18 @@
 //! bind-mounts `root/overlay` onto itself; each container has a `shm`
 //! tmpfs), by path, deepest first, and removes the dir.
 //! Only the harness runs the podman binary; the crate under test never does.
-
-#![allow(dead_code)] // Each test binary uses a different part of the harness.
+//!
+//! Other crates' tests (the node helper's) use it too:
+//! `gpuq-podman = { path = "../gpuq-podman", features = ["testing"] }` under
+//! `[dev-dependencies]`. Never enable it in a production build: it runs the
+//! podman binary.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpuq_podman::{ImageArchive, ImageId, LibpodClient, Podman};
+use crate::{ImageArchive, ImageId, LibpodClient, Podman};
 use sha2::{Digest, Sha256};
 
 /// The settings from shared/testing/environment.md ("Podman (rootful)"):
@@ -90,10 +94,13 @@ fn is_root() -> bool {
 pub struct PodmanService {
     dir: Option<tempfile::TempDir>,
     child: Option<Child>,
+    /// The service's API socket.
     pub socket: PathBuf,
 }
 
 impl PodmanService {
+    /// Starts a service in a fresh temp dir and waits for its socket.
+    /// Panics (with the service's log) if it does not come up.
     pub fn start() -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuq-podman-test-")
@@ -172,10 +179,12 @@ impl PodmanService {
         }
     }
 
+    /// What the service wrote to stderr.
     pub fn service_log(&self) -> String {
         std::fs::read_to_string(self.dir().join("service.log")).unwrap_or_default()
     }
 
+    /// A connected client (panics if connecting fails).
     pub async fn client(&self) -> LibpodClient {
         LibpodClient::connect(&self.socket)
             .await
@@ -341,11 +350,15 @@ impl Drop for PodmanService {
 /// so two variants have different IDs and say which one runs.
 #[derive(Debug, Clone)]
 pub struct TestImage {
+    /// Its image ID (the SHA-256 of its config), known before loading.
     pub id: ImageId,
+    /// The docker-archive tar.
     pub archive: Vec<u8>,
 }
 
 impl TestImage {
+    /// Assembles the image; `variant` goes into `WHICH=` and a label, `tag`
+    /// into the archive's `RepoTags`.
     pub fn build(variant: &str, tag: Option<&str>) -> Self {
         let busybox = std::fs::read(BUSYBOX)
             .unwrap_or_else(|e| panic!("read {BUSYBOX} (install busybox-static): {e}"));
