@@ -416,7 +416,7 @@ impl Broker {
                         .get(id)
                         .ok()
                         .flatten()
-                        .map_or(true, |j| j.state.is_finished());
+                        .is_none_or(|j| j.state.is_finished());
                 loop {
                     match file.read(&mut buf) {
                         Ok(0) => break,

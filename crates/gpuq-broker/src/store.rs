@@ -458,16 +458,16 @@ impl RawJob {
             id,
             what,
         };
-        let parse = |field: &str, text: &str| -> Result<serde_json::Value, StoreError> {
+        fn decode<T: serde::de::DeserializeOwned>(
+            field: &str,
+            text: &str,
+            corrupt: &dyn Fn(String) -> StoreError,
+        ) -> Result<T, StoreError> {
             serde_json::from_str(text).map_err(|e| corrupt(format!("{field}: {e}")))
-        };
-        let from = |field: &str, text: &str| -> Result<_, StoreError> { Ok(parse(field, text)?) };
-        let groups: Vec<u32> = serde_json::from_value(from("groups", &self.groups)?)
-            .map_err(|e| corrupt(format!("groups: {e}")))?;
-        let argv: Vec<String> = serde_json::from_value(from("argv", &self.argv)?)
-            .map_err(|e| corrupt(format!("argv: {e}")))?;
-        let env: Vec<(String, String)> = serde_json::from_value(from("env", &self.env)?)
-            .map_err(|e| corrupt(format!("env: {e}")))?;
+        }
+        let groups: Vec<u32> = decode("groups", &self.groups, &corrupt)?;
+        let argv: Vec<String> = decode("argv", &self.argv, &corrupt)?;
+        let env: Vec<(String, String)> = decode("env", &self.env, &corrupt)?;
         let state = JobState::parse(&self.state)
             .ok_or_else(|| corrupt(format!("state '{}'", self.state)))?;
         Ok(Job {

@@ -60,8 +60,8 @@ pub fn list(l: &JobList, now: i64) -> String {
     }
     let _ = writeln!(
         out,
-        "{:>6}  {:<10} {:<9} {:<40} {:<14} {:<14} {}",
-        "ID", "USER", "STATE", "NAME/COMMAND", "SUBMITTED", "STARTED", "ELAPSED/LIMIT"
+        "{:>6}  {:<10} {:<9} {:<40} {:<14} {:<14} ELAPSED/LIMIT",
+        "ID", "USER", "STATE", "NAME/COMMAND", "SUBMITTED", "STARTED"
     );
     for j in &l.jobs {
         let state = match (j.state, j.exit_code) {
