@@ -163,7 +163,7 @@ impl ServerConfig {
             |c| c.is_ascii_alphanumeric() || "+_-;".contains(c),
             "e.g. ofi+tcp",
         )?;
-        if !(1..=5).contains(&self.replicas.len()) || self.replicas.len() % 2 == 0 {
+        if !(1..=5).contains(&self.replicas.len()) || self.replicas.len() & 1 == 0 {
             return Err(RenderError::Shape(format!(
                 "{} management-service replicas: DAOS needs an odd number (1 or 3)",
                 self.replicas.len()
