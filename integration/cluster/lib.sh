@@ -36,6 +36,10 @@ REPO_ROOT=$(cd "$HARNESS_DIR/../.." && pwd)
 
 # --- the cluster's identity -------------------------------------------------
 
+if [[ ${GPUQ_CLUSTER_DIR:-/} != /* ]]; then
+  echo "cluster: GPUQ_CLUSTER_DIR=$GPUQ_CLUSTER_DIR: must be an absolute path" >&2
+  exit 2
+fi
 D=$(realpath -m "${GPUQ_CLUSTER_DIR:-/run/gpuq-cluster}")
 # The dir is matched literally against /proc/*/cmdline and mountinfo, and
 # `down` removes it: keep it boring and never a top-level system dir.
@@ -51,6 +55,12 @@ case $D in
 esac
 if [[ $(awk -F/ '{print NF-1}' <<<"$D") -lt 2 ]]; then
   echo "cluster: GPUQ_CLUSTER_DIR=$D: must be at least two levels deep (e.g. /tmp/gpuq-cluster-x)" >&2
+  exit 2
+fi
+# Podman refuses a --runroot longer than 50 characters; ours is
+# $D/da1/podman/run.
+if ((${#D} > 33)); then
+  echo "cluster: GPUQ_CLUSTER_DIR=$D: at most 33 characters (Podman limits its run root, $D/da1/podman/run, to 50)" >&2
   exit 2
 fi
 MANIFEST=$D/manifest
@@ -275,7 +285,7 @@ step_node_dirs() { # NODE
   local n=$1 hd
   hd=$(host_dir "$n")
   mkdir -p "$hd"/{etc,ssh,run,state,jobs,test} \
-    "$hd"/podman/{root,runroot,tmp,vartmp,networks} "$D/logs"
+    "$hd"/podman/{root,run,tmp,vartmp,networks} "$D/logs"
   chmod 700 "$hd/ssh"
 }
 
@@ -343,7 +353,7 @@ EOF
   # be shared between nodes). TMPDIR: where images/load spools archives.
   CONTAINERS_CONF=$conf TMPDIR=$hd/podman/vartmp \
     setsid nsenter --net="/run/netns/$(ns_of "$n")" \
-    podman "${PODMAN_ARGS[@]}" --root "$hd/podman/root" --runroot "$hd/podman/runroot" \
+    podman "${PODMAN_ARGS[@]}" --root "$hd/podman/root" --runroot "$hd/podman/run" \
     --tmpdir "$hd/podman/tmp" system service --time=0 "unix://$(podman_sock "$n")" \
     </dev/null >>"$D/logs/$n-podman.log" 2>&1 &
   pid=$!
@@ -361,7 +371,7 @@ node_podman() { # NODE ARGS...
   hd=$(host_dir "$n")
   [[ -n ${PODMAN_TIMEOUT:-} ]] && limit=(timeout "$PODMAN_TIMEOUT")
   CONTAINERS_CONF=$(containers_conf "$n") TMPDIR=$hd/podman/vartmp \
-    "${limit[@]}" podman --root "$hd/podman/root" --runroot "$hd/podman/runroot" \
+    "${limit[@]}" podman --root "$hd/podman/root" --runroot "$hd/podman/run" \
     --tmpdir "$hd/podman/tmp" "$@"
 }
 
@@ -374,9 +384,11 @@ cluster_ssh() { # HOST ARGS... : ssh from cxl2's namespace
 }
 
 wait_node() { # NODE: until sshd answers over ssh from cxl2 and podman pings
-  local n=$1 i
+  local n=$1 i pid
+  pid=$(awk -v n="$n" '$1 == "pid" && $2 == n && $3 == "podman" {print $4}' "$MANIFEST")
   for ((i = 0; i < 300; i++)); do
     [[ $(ping_podman "$n") == OK ]] && break
+    pid_alive "$pid" || die "$n" "podman service exited: $(tail -n 3 "$D/logs/$n-podman.log" | tr '\n' ' ')"
     sleep 0.05
   done
   [[ $(ping_podman "$n") == OK ]] || die "$n" "podman API does not answer; see $D/logs/$n-podman.log"
