@@ -47,7 +47,15 @@ pub fn skip_reason() -> Option<String> {
         return Some("needs root (network namespaces, sshd, rootful podman)".into());
     }
     for tool in [
-        "ip", "nsenter", "setsid", "ssh", "ssh-keygen", "curl", "podman", "flock", "ss",
+        "ip",
+        "nsenter",
+        "setsid",
+        "ssh",
+        "ssh-keygen",
+        "curl",
+        "podman",
+        "flock",
+        "ss",
     ] {
         if which(tool).is_none() {
             return Some(format!(
@@ -123,7 +131,10 @@ impl ClusterId {
     /// Run `down`; returns its output (stderr is the step log).
     pub fn down(&self) -> (Output, Duration) {
         let t0 = Instant::now();
-        let out = self.command("down").output().expect("run integration/cluster/down");
+        let out = self
+            .command("down")
+            .output()
+            .expect("run integration/cluster/down");
         (out, t0.elapsed())
     }
 }
@@ -143,7 +154,10 @@ impl Cluster {
     pub fn up(name: &str) -> Self {
         let id = ClusterId::unique(name);
         let t0 = Instant::now();
-        let out = id.command("up").output().expect("run integration/cluster/up");
+        let out = id
+            .command("up")
+            .output()
+            .expect("run integration/cluster/up");
         let up_time = t0.elapsed();
         let c = Cluster {
             id,
@@ -195,7 +209,12 @@ impl Cluster {
 
     /// A harness verb with arguments; panics with its output on failure.
     pub fn run_ok(&self, verb: &str, args: &[&str]) -> String {
-        let out = self.id.command(verb).args(args).output().expect("run harness");
+        let out = self
+            .id
+            .command(verb)
+            .args(args)
+            .output()
+            .expect("run harness");
         assert!(
             out.status.success(),
             "integration/cluster/{verb} {args:?} failed:\n{}\n{}",
@@ -209,11 +228,24 @@ impl Cluster {
     /// returns the status code and the body.
     pub fn http(&self, sock: &Path, method: &str, path: &str, json: Option<&str>) -> (u16, String) {
         let mut c = Command::new("curl");
-        c.args(["-sS", "--max-time", "60", "-w", "\n%{http_code}", "-X", method])
-            .arg("--unix-socket")
-            .arg(sock);
+        c.args([
+            "-sS",
+            "--max-time",
+            "60",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+        ])
+        .arg("--unix-socket")
+        .arg(sock);
         if let Some(body) = json {
-            c.args(["-H", "Content-Type: application/json", "--data-binary", body]);
+            c.args([
+                "-H",
+                "Content-Type: application/json",
+                "--data-binary",
+                body,
+            ]);
         }
         c.arg(format!("http://d{path}"));
         let out = c.output().expect("run curl");
@@ -223,7 +255,13 @@ impl Cluster {
     }
 
     /// `http` on a node's own Podman socket, expecting JSON.
-    pub fn api_json(&self, node: &str, method: &str, path: &str, json: Option<&str>) -> (u16, serde_json::Value) {
+    pub fn api_json(
+        &self,
+        node: &str,
+        method: &str,
+        path: &str,
+        json: Option<&str>,
+    ) -> (u16, serde_json::Value) {
         let (code, body) = self.http(&self.podman_sock(node), method, path, json);
         let v = serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body));
         (code, v)
@@ -295,7 +333,10 @@ impl Leftovers {
     /// namespace's link names before `up` ([`root_links`]).
     pub fn of(id: &ClusterId, links_before: &[String]) -> Self {
         let dir = id.dir.to_string_lossy().into_owned();
-        let ip = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+        let ip = Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip netns list");
         let namespaces = crate::stdout(&ip)
             .lines()
             .filter_map(|l| l.split_whitespace().next())
@@ -336,7 +377,10 @@ impl Leftovers {
 
 /// Link names (`name` or `name@peer`) in the root network namespace.
 pub fn root_links() -> Vec<String> {
-    let out = Command::new("ip").args(["-o", "link", "show"]).output().expect("ip link");
+    let out = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .expect("ip link");
     crate::stdout(&out)
         .lines()
         .filter_map(|l| l.split(": ").nth(1))

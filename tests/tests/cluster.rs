@@ -11,9 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpuq_system_tests::cluster::{
-    addr, root_links, Cluster, ClusterId, Leftovers, HOSTS, NODES,
-};
+use gpuq_system_tests::cluster::{addr, root_links, Cluster, ClusterId, Leftovers, HOSTS, NODES};
 use gpuq_system_tests::{eventually, require_cluster_env, stderr, stdout};
 
 fn assert_clean(id: &ClusterId, links_before: &[String]) {
@@ -113,7 +111,11 @@ fn harness_self_test() {
     // The root namespace has no address or route in the cluster's subnet.
     for what in [&["-o", "addr"][..], &["route", "show", "table", "all"][..]] {
         let out = Command::new("ip").args(what).output().unwrap();
-        assert!(!stdout(&out).contains("10.200.0."), "root namespace: ip {what:?}: {}", stdout(&out));
+        assert!(
+            !stdout(&out).contains("10.200.0."),
+            "root namespace: ip {what:?}: {}",
+            stdout(&out)
+        );
     }
 
     // 2. Each node's Podman API answers on its own socket and reports its
@@ -122,15 +124,27 @@ fn harness_self_test() {
         let (code, info) = c.api_json(n, "GET", "/v4.0.0/libpod/info", None);
         assert_eq!(code, 200, "{n} info: {info}");
         let root = c.dir().join(n).join("podman").join("root");
-        assert_eq!(info["store"]["graphRoot"], root.to_str().unwrap(), "{n} graphRoot");
+        assert_eq!(
+            info["store"]["graphRoot"],
+            root.to_str().unwrap(),
+            "{n} graphRoot"
+        );
         let run = c.dir().join(n).join("podman").join("run");
-        assert_eq!(info["store"]["runRoot"], run.to_str().unwrap(), "{n} runRoot");
+        assert_eq!(
+            info["store"]["runRoot"],
+            run.to_str().unwrap(),
+            "{n} runRoot"
+        );
         let ss = c.in_host(n, &["ss", "-Hltn"]);
         let listeners: Vec<String> = stdout(&ss)
             .lines()
             .filter_map(|l| l.split_whitespace().nth(3).map(str::to_owned))
             .collect();
-        assert_eq!(listeners, vec![format!("{}:22", addr(n))], "TCP listeners in {n}");
+        assert_eq!(
+            listeners,
+            vec![format!("{}:22", addr(n))],
+            "TCP listeners in {n}"
+        );
     }
 
     // 3. Images are per node: loaded into da1, absent from da2..da4.
@@ -164,7 +178,10 @@ fn harness_self_test() {
         &format!("/v4.0.0/libpod/containers/{ctr}/logs?stdout=true&stderr=true"),
         None,
     );
-    assert!(logs.contains(addr("da1")), "da1's address not in the container: {logs}");
+    assert!(
+        logs.contains(addr("da1")),
+        "da1's address not in the container: {logs}"
+    );
     for other in ["cxl2", "da2", "da3", "da4"] {
         assert!(
             !logs.contains(&format!("|-- {}\n", addr(other))),
@@ -183,7 +200,11 @@ fn harness_self_test() {
         panic!("forward socket never appeared: {}", stderr(&out));
     }
     let (code, body) = c.http(&local, "GET", "/_ping", None);
-    assert_eq!((code, body.as_str()), (200, "OK"), "_ping through the forward");
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "OK"),
+        "_ping through the forward"
+    );
     let (code, body) = c.http(&local, "GET", "/v4.0.0/libpod/info", None);
     assert_eq!(code, 200);
     let info: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -198,7 +219,12 @@ fn harness_self_test() {
 
     // 6. Status says all is well.
     let status = c.id.command("status").output().unwrap();
-    assert!(status.status.success(), "status: {}{}", stdout(&status), stderr(&status));
+    assert!(
+        status.status.success(),
+        "status: {}{}",
+        stdout(&status),
+        stderr(&status)
+    );
     for h in HOSTS {
         assert!(stdout(&status).contains(addr(h)), "status lacks {h}");
     }
@@ -226,22 +252,26 @@ fn leftover_state_after_down_is_empty() {
     let id = c.id.clone();
     let image = load_test_image(&c, &NODES);
     for n in NODES {
-        run_container(&c, n, &image, "busy", &["sh", "-c", "trap '' TERM; sleep 1000"]);
+        run_container(
+            &c,
+            n,
+            &image,
+            "busy",
+            &["sh", "-c", "trap '' TERM; sleep 1000"],
+        );
     }
-    let mut session = c
-        .id
-        .command("ssh")
-        .args(["da3", "sleep", "1000"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut in_node = c
-        .id
-        .command("shell")
-        .args(["da2", "sleep", "1000"])
-        .spawn()
-        .unwrap();
+    let mut session =
+        c.id.command("ssh")
+            .args(["da3", "sleep", "1000"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+    let mut in_node =
+        c.id.command("shell")
+            .args(["da2", "sleep", "1000"])
+            .spawn()
+            .unwrap();
     let local = c.dir().join("cxl2/run/fwd.sock");
     let mut fwd = c.forward("da4", &local, &c.podman_sock("da4"));
     assert!(eventually(10, || local.exists()), "forward did not start");
@@ -264,7 +294,11 @@ fn leftover_state_after_down_is_empty() {
 
     let (again, _) = id.down();
     assert_down_ok(&again);
-    assert!(stderr(&again).contains("nothing to tear down"), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("nothing to tear down"),
+        "{}",
+        stderr(&again)
+    );
 }
 
 /// `up` killed half-way (SIGKILL to its whole process group, daemons
@@ -291,7 +325,10 @@ fn down_cleans_up_after_up_was_killed_midway() {
     let _ = up.wait();
     assert!(midway, "up never got to da3's podman");
     let m = std::fs::read_to_string(&manifest).unwrap();
-    assert!(!m.contains("\nready "), "up finished before it was killed:\n{m}");
+    assert!(
+        !m.contains("\nready "),
+        "up finished before it was killed:\n{m}"
+    );
 
     let (out, _) = id.down();
     assert_down_ok(&out);
@@ -306,7 +343,12 @@ fn down_cleans_up_after_daemons_died() {
     let links_before = root_links();
     let c = Cluster::up("died");
     let id = c.id.clone();
-    for (host, role) in [("da1", "podman"), ("da2", "podman"), ("da3", "sshd"), ("da4", "sshd")] {
+    for (host, role) in [
+        ("da1", "podman"),
+        ("da2", "podman"),
+        ("da3", "sshd"),
+        ("da4", "sshd"),
+    ] {
         let pid = c.recorded_pid(host, role).expect("recorded pid");
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
@@ -326,7 +368,10 @@ fn down_cleans_up_after_daemons_died() {
     let (again, _) = id.down();
     assert_down_ok(&again);
     assert_clean(&id, &links_before);
-    eprintln!("down after dead daemons: {:.2} s", t0.elapsed().as_secs_f64());
+    eprintln!(
+        "down after dead daemons: {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// The scripts refuse a cluster dir they could not safely remove.
@@ -338,7 +383,12 @@ fn refuses_dangerous_cluster_dirs() {
             .env("GPUQ_CLUSTER_DIR", dir)
             .output()
             .unwrap();
-        assert_eq!(out.status.code(), Some(2), "down accepted GPUQ_CLUSTER_DIR={dir}: {}", stderr(&out));
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "down accepted GPUQ_CLUSTER_DIR={dir}: {}",
+            stderr(&out)
+        );
         assert!(Path::new("/tmp").is_dir());
     }
 }
