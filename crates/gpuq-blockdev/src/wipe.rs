@@ -744,7 +744,7 @@ fn flock_holders(path: &Path) -> Vec<ProcRef> {
 
 /// Whole disks under the mounts of `/`, `/boot`, `/boot/efi`, `/usr` and
 /// `/var` (through partitions, dm/md slaves and loop backing devices).
-fn os_disks() -> Result<BTreeSet<DevNum>, String> {
+pub fn os_disks() -> Result<BTreeSet<DevNum>, String> {
     let mounts = system::mounts().map_err(|e| format!("mountinfo: {e}"))?;
     if !mounts.iter().any(|m| m.mountpoint == "/") {
         return Err("no mount for / in mountinfo".into());

@@ -105,6 +105,11 @@ impl LoopDev {
     /// first and last MiB, attached as a loop device that reports
     /// non-rotational (loop devices say rotational=1 by default).
     pub fn new(size: u64) -> LoopDev {
+        Self::with_losetup_args(size, &[])
+    }
+
+    /// Like [`LoopDev::new`] with extra `losetup` options (`-r`).
+    pub fn with_losetup_args(size: u64, extra: &[&str]) -> LoopDev {
         let dir = tempfile::Builder::new()
             .prefix("gpuq-blk-")
             .tempdir()
@@ -120,7 +125,10 @@ impl LoopDev {
         f.write_all(&pat).unwrap();
         f.sync_all().unwrap();
         drop(f);
-        let out = sh("losetup", &["-f", "--show", backing.to_str().unwrap()]);
+        let mut args = vec!["-f", "--show"];
+        args.extend_from_slice(extra);
+        args.push(backing.to_str().unwrap());
+        let out = sh("losetup", &args);
         let dev = PathBuf::from(out.trim());
         let name = dev.file_name().unwrap().to_string_lossy().into_owned();
         let d = LoopDev {
@@ -240,6 +248,7 @@ impl LoopDev {
             .arg("600")
             .stdin(Stdio::from(f))
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let pid = child.id();
@@ -255,30 +264,31 @@ impl LoopDev {
     }
 
     /// Hold `flock(LOCK_EX)` on the device from a child process (util-linux
-    /// `flock`); returns its PID once the lock is taken.
+    /// `flock --no-fork`, so the child we kill in `Drop` is the process that
+    /// holds the lock and the descriptor); returns its PID once the lock is
+    /// visible in /proc/locks.
     pub fn hold_flock(&mut self) -> u32 {
-        let ready = self.dir.path().join("locked");
         let child = Command::new("flock")
-            .args([
-                "--exclusive",
-                self.dev_str(),
-                "sh",
-                "-c",
-                &format!("touch {}; exec sleep 600", ready.display()),
-            ])
+            .args(["--no-fork", "--exclusive", self.dev_str(), "sleep", "600"])
             .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         let pid = child.id();
         self.children.push(child);
+        let needle = format!(" {pid} ");
         for _ in 0..500 {
-            if ready.exists() {
-                break;
+            let locks = fs::read_to_string("/proc/locks").unwrap_or_default();
+            if locks
+                .lines()
+                .any(|l| l.contains("FLOCK") && l.contains(&needle))
+            {
+                return pid;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        assert!(ready.exists(), "flock helper did not start");
-        pid
+        panic!("flock helper {pid} did not take its lock");
     }
 
     /// A second loop device backed by this block device.
