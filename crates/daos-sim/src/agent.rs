@@ -1,0 +1,243 @@
+//! `daos_agent` and the `daos` client tool.
+//!
+//! The agent listens on `daos_agent.sock` in its socket dir (`-s DIR`, else
+//! `$DAOS_AGENT_DRPC_DIR`, else `runtime_dir` from its config, else
+//! `/var/run/daos_agent`) and answers one request, `get_attach_info`, with
+//! the system name, access points and transport setting — the role the real
+//! agent plays for clients (dRPC GetAttachInfo). `daos` asks the agent found
+//! through `$DAOS_AGENT_DRPC_DIR` (default `/var/run/daos_agent`), then
+//! talks TCP to the access points itself. So a client container needs the
+//! agent's socket dir mounted, as with real DAOS.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{AgentConfig, DEFAULT_PORT};
+use crate::dmg::{print_envelope, system_call, Args};
+use crate::error::{SimError, DER_INVAL};
+use crate::model::ContCreateResp;
+use crate::proto::{Request, Wire};
+
+pub const SOCKET_NAME: &str = "daos_agent.sock";
+pub const DEFAULT_DIR: &str = "/var/run/daos_agent";
+/// DER_AGENT_COMM: what libdaos reports when it cannot reach the agent.
+pub const DER_AGENT_COMM: i32 = -1028;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttachInfo {
+    pub system: String,
+    pub access_points: Vec<String>,
+    pub port: u16,
+    pub insecure: bool,
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!(
+        "{} daos_agent: {}",
+        crate::model::now_rfc3339(),
+        msg.as_ref()
+    );
+}
+
+/// `daos_agent [-o CONFIG] [-i] [-s DIR] [start]`; returns the exit code.
+pub fn agent_main(argv: &[String]) -> i32 {
+    match agent(argv) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ERROR: daos_agent: {e}");
+            1
+        }
+    }
+}
+
+fn agent(argv: &[String]) -> Result<i32, SimError> {
+    let args = Args::parse(
+        argv,
+        &["o", "config-path", "s", "runtime_dir", "l", "logfile"],
+    )?;
+    if args.has(&["h", "help"]) {
+        println!("Usage: daos_agent [-o CONFIG] [-i] [-s RUNTIME_DIR] [start]\n\ndaos-sim: DAOS control-plane simulator for tests; not DAOS.");
+        return Ok(0);
+    }
+    let mut cfg = match args.get(&["o", "config-path"]) {
+        Some(p) => AgentConfig::load(Path::new(p))?,
+        None => AgentConfig::default(),
+    };
+    if args.has(&["i", "insecure"]) {
+        cfg.transport_config.allow_insecure = true;
+    }
+    let dir = args
+        .get(&["s", "runtime_dir"])
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("DAOS_AGENT_DRPC_DIR").map(PathBuf::from))
+        .or_else(|| cfg.runtime_dir.clone())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| SimError::io(format!("create socket dir {}", dir.display()), e))?;
+    let sock = dir.join(SOCKET_NAME);
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock)
+        .map_err(|e| SimError::io(format!("listen on {}", sock.display()), e))?;
+    let info = AttachInfo {
+        system: cfg.name.clone(),
+        access_points: cfg.access_points.clone(),
+        port: cfg.port,
+        insecure: cfg.transport_config.allow_insecure,
+    };
+    log(format!(
+        "daos-sim (DAOS control-plane simulator, not DAOS), pid {}: listening on {}, system {:?}, access points {:?}",
+        std::process::id(),
+        sock.display(),
+        info.system,
+        info.access_points
+    ));
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| SimError::io("install signal handler", e))?;
+    }
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let info = info.clone();
+            std::thread::spawn(move || serve(conn, &info));
+        }
+    });
+    while !term.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    log("caught SIGTERM: evicting pool handles of local clients (simulated) and exiting");
+    let _ = std::fs::remove_file(&sock);
+    Ok(0)
+}
+
+fn serve(conn: UnixStream, info: &AttachInfo) {
+    let mut line = String::new();
+    if BufReader::new(&conn).read_line(&mut line).is_err() {
+        return;
+    }
+    let mut out = serde_json::to_vec(info).unwrap_or_default();
+    out.push(b'\n');
+    let mut c = &conn;
+    let _ = c.write_all(&out);
+}
+
+fn attach_info() -> Result<AttachInfo, SimError> {
+    let dir = std::env::var_os("DAOS_AGENT_DRPC_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    let sock = dir.join(SOCKET_NAME);
+    let agent_err = |e: std::io::Error| {
+        SimError::remote(
+            format!(
+                "DER_AGENT_COMM(-1028): Agent communication error: {}: {e}",
+                sock.display()
+            ),
+            DER_AGENT_COMM,
+        )
+    };
+    let mut c = UnixStream::connect(&sock).map_err(agent_err)?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(agent_err)?;
+    c.write_all(b"{\"op\":\"get_attach_info\"}\n")
+        .map_err(agent_err)?;
+    let mut line = String::new();
+    BufReader::new(&c).read_line(&mut line).map_err(agent_err)?;
+    serde_json::from_str(&line).map_err(|e| SimError::Protocol {
+        peer: sock.display().to_string(),
+        msg: e.to_string(),
+    })
+}
+
+/// `daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX`.
+pub fn daos_main(argv: &[String]) -> i32 {
+    let args = match Args::parse(argv, &["G", "sys-name", "type", "t", "pool", "label"]) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("ERROR: daos: {e}");
+            return 1;
+        }
+    };
+    if args.has(&["h", "help"]) || args.pos.is_empty() {
+        println!("Usage: daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX\n\ndaos-sim: DAOS control-plane simulator for tests; not DAOS.");
+        return if args.pos.is_empty() && !args.has(&["h", "help"]) {
+            1
+        } else {
+            0
+        };
+    }
+    let json = args.has(&["j", "json"]);
+    match cont_create(&args) {
+        Ok(resp) => {
+            if json {
+                print_envelope(serde_json::to_value(&resp).ok(), None);
+            } else {
+                println!(
+                    "Successfully created container {} type {}",
+                    resp.container_uuid, resp.container_type
+                );
+            }
+            0
+        }
+        Err(e) => {
+            if json {
+                print_envelope(None, Some(&e));
+            } else {
+                eprintln!("ERROR: daos: {e}");
+            }
+            1
+        }
+    }
+}
+
+fn cont_create(args: &Args) -> Result<ContCreateResp, SimError> {
+    let words: Vec<&str> = args.pos.iter().map(String::as_str).collect();
+    let (pool, label) = match words.as_slice() {
+        ["container" | "cont", "create", pool, label] => (pool.to_string(), label.to_string()),
+        ["container" | "cont", "create", pool] if args.get(&["label"]).is_some() => {
+            (pool.to_string(), args.get(&["label"]).unwrap_or_default().to_string())
+        }
+        _ => {
+            return Err(SimError::Usage(format!(
+                "unsupported command {:?} (daos-sim supports: container create POOL LABEL --type=POSIX)",
+                words.join(" ")
+            )))
+        }
+    };
+    let kind = args
+        .get(&["type", "t"])
+        .unwrap_or("POSIX")
+        .to_ascii_uppercase();
+    let info = attach_info()?;
+    let system = args.get(&["G", "sys-name"]).unwrap_or("daos_server");
+    if system != info.system {
+        return Err(SimError::remote(
+            format!(
+                "DER_INVAL(-1003): Invalid parameters: system {system:?} is not the agent's system {:?}",
+                info.system
+            ),
+            DER_INVAL,
+        ));
+    }
+    let wire = Wire {
+        req: Request::ContCreate { pool, label, kind },
+        system: info.system.clone(),
+        insecure: info.insecure,
+    };
+    let port = if info.port == 0 {
+        DEFAULT_PORT
+    } else {
+        info.port
+    };
+    let v = system_call(&info.access_points, port, &wire, Duration::from_secs(30))?;
+    serde_json::from_value(v).map_err(|e| SimError::Protocol {
+        peer: "server".into(),
+        msg: e.to_string(),
+    })
+}

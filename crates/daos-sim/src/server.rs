@@ -1,0 +1,858 @@
+//! `daos_server start`: one simulated control server with one engine.
+//!
+//! State machine of the engine (names as in src/control/system/member.go):
+//! `awaitformat` → (`dmg storage format`) → `starting` → (management service
+//! accepts the join) → `joined` → (`dmg system stop` or SIGTERM) →
+//! `stopping` → `stopped`.
+//!
+//! On format the server writes, under `control_metadata.path`,
+//! `daos_control/engine0/superblock` (JSON: UUID, system, rank) and the raft
+//! dir `daos_control/control_raft/`, and a header into each `class: file`
+//! bdev (created sparse with `bdev_size` GiB if missing). If the superblock
+//! is already there at start, the engine does not await format: it rejoins
+//! under its old UUID and rank, and a later format is refused with
+//! `storage format invoked on a running system` — the real DAOS behaviour
+//! that makes per-lease metadata paths necessary (daos.md).
+//!
+//! The first entry of `mgmt_svc_replicas` (or `access_points`) is the
+//! management service (MS). It keeps the system's membership, pools and
+//! containers in `daos_control/control_raft/daos_system.db` (JSON). Other
+//! replicas are plain servers here: no raft, no fail-over. Every server
+//! forwards system-level requests to the MS, so dmg pointed at any server
+//! sees the whole system.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{resolve, ServerConfig};
+use crate::error::{SimError, DER_EXIST, DER_INVAL, DER_MISC, DER_NONEXIST, DER_NOSPACE};
+use crate::faults::FaultSource;
+use crate::model::{
+    new_uuid, now_rfc3339, ContCreateResp, HostStorage, Member, NvmeResult, PoolCreateResp,
+    RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
+};
+use crate::proto::{call, JoinReq, JoinResp, Reply, Request, Wire};
+
+/// The message of DAOS's system.ErrUninitialized.
+pub const ERR_UNINITIALIZED: &str = "system is uninitialized (storage format required?)";
+/// The refusal of a second format (daos.md: "contamination: abort").
+pub const ERR_RUNNING: &str = "storage format invoked on a running system";
+/// The header written at offset 0 of each file bdev.
+pub const BDEV_MAGIC: &[u8] = b"DAOS-SIM-BDEV\n";
+
+/// `daos_control/engine0/superblock`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Superblock {
+    pub version: u32,
+    pub simulator: String,
+    pub system: String,
+    pub uuid: String,
+    pub rank: Option<u32>,
+    pub created: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Db {
+    members: Vec<Member>,
+    pools: Vec<Pool>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pool {
+    uuid: String,
+    label: String,
+    svc_reps: Vec<u32>,
+    tgt_ranks: Vec<u32>,
+    tier_bytes: Vec<u64>,
+    containers: Vec<Container>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Container {
+    uuid: String,
+    label: String,
+    kind: String,
+}
+
+#[derive(Debug)]
+struct Local {
+    state: String,
+    sb: Option<Superblock>,
+}
+
+/// One running simulated server.
+#[derive(Debug)]
+pub struct Server {
+    cfg: ServerConfig,
+    md: PathBuf,
+    ms_addr: SocketAddr,
+    is_ms: bool,
+    faults: FaultSource,
+    local: Mutex<Local>,
+    /// `Some` once the MS is formatted (or restarted formatted).
+    db: Mutex<Option<Db>>,
+    shutdown: AtomicBool,
+    stop_timeout: Duration,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn log(msg: impl AsRef<str>) {
+    eprintln!("{} daos_server: {}", now_rfc3339(), msg.as_ref());
+}
+
+impl Server {
+    fn sb_path(&self) -> PathBuf {
+        self.md.join("daos_control/engine0/superblock")
+    }
+    fn raft_dir(&self) -> PathBuf {
+        self.md.join("daos_control/control_raft")
+    }
+    fn db_path(&self) -> PathBuf {
+        self.raft_dir().join("daos_system.db")
+    }
+
+    fn write_json(path: &Path, v: &impl Serialize) -> Result<(), SimError> {
+        let tmp = path.with_extension("tmp");
+        let data = serde_json::to_vec_pretty(v).map_err(|e| SimError::Protocol {
+            peer: "local".into(),
+            msg: e.to_string(),
+        })?;
+        std::fs::write(&tmp, data)
+            .map_err(|e| SimError::io(format!("write {}", tmp.display()), e))?;
+        std::fs::rename(&tmp, path)
+            .map_err(|e| SimError::io(format!("rename to {}", path.display()), e))
+    }
+
+    fn save_db(&self, db: &Db) {
+        if let Err(e) = Self::write_json(&self.db_path(), db) {
+            log(format!("cannot persist system db: {e}"));
+        }
+    }
+
+    fn set_state(&self, s: &str) {
+        let mut l = lock(&self.local);
+        if l.state != s {
+            log(format!("instance 0: {} -> {s}", l.state));
+            l.state = s.to_string();
+        }
+    }
+
+    fn state(&self) -> String {
+        lock(&self.local).state.clone()
+    }
+
+    fn wire(&self, req: Request) -> Wire {
+        Wire {
+            req,
+            system: self.cfg.name.clone(),
+            insecure: self.cfg.transport_config.allow_insecure,
+        }
+    }
+
+    // ---- storage ----------------------------------------------------------
+
+    fn format(self: &Arc<Self>) -> Result<HostStorage, SimError> {
+        if self.faults.current().format_error {
+            return Err(SimError::remote(
+                "simulated storage format failure (daos-sim fault switch format_error)",
+                DER_MISC,
+            ));
+        }
+        let mut l = lock(&self.local);
+        if l.sb.is_some() || self.sb_path().exists() {
+            return Err(SimError::remote(ERR_RUNNING, DER_MISC));
+        }
+        let engine = &self.cfg.engines[0];
+        let uuid = new_uuid();
+        let mkdir = |p: &Path| {
+            std::fs::create_dir_all(p)
+                .map_err(|e| SimError::io(format!("create {}", p.display()), e))
+        };
+        mkdir(&self.md.join("daos_control/engine0"))?;
+        mkdir(&self.raft_dir())?;
+        let mut storage = HostStorage {
+            scm_mount_points: Vec::new(),
+            nvme_devices: Vec::new(),
+        };
+        for tier in &engine.storage {
+            if let Some(m) = &tier.scm_mount {
+                storage.scm_mount_points.push(ScmMountResult {
+                    info: "CTL_SUCCESS".into(),
+                    path: m.clone(),
+                });
+            }
+            for dev in &tier.bdev_list {
+                if tier.class == "file" {
+                    write_bdev_header(
+                        Path::new(dev),
+                        tier.bdev_size.unwrap_or(1),
+                        &uuid,
+                        &self.cfg.name,
+                    )?;
+                }
+                storage.nvme_devices.push(NvmeResult {
+                    info: "CTL_SUCCESS".into(),
+                    pci_addr: dev.clone(),
+                });
+            }
+        }
+        if self.is_ms {
+            let db = Db::default();
+            self.save_db(&db);
+            *lock(&self.db) = Some(db);
+        }
+        let sb = Superblock {
+            version: 0,
+            simulator: "daos-sim (DAOS control-plane simulator, not DAOS)".into(),
+            system: self.cfg.name.clone(),
+            uuid,
+            rank: None,
+            created: now_rfc3339(),
+        };
+        Self::write_json(&self.sb_path(), &sb)?;
+        l.sb = Some(sb);
+        l.state = "starting".into();
+        drop(l);
+        log("instance 0: storage formatted, engine starting");
+        self.spawn_join();
+        Ok(storage)
+    }
+
+    /// Registers with the MS in the background, retrying until it answers.
+    fn spawn_join(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        std::thread::spawn(move || me.join_loop());
+    }
+
+    fn join_loop(&self) {
+        let mut warned = false;
+        loop {
+            if self.shutdown.load(Ordering::SeqCst) || self.state() != "starting" {
+                return;
+            }
+            if self.faults.current().never_join {
+                if !warned {
+                    log("instance 0: not joining (daos-sim fault switch never_join)");
+                    warned = true;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            let Some(sb) = lock(&self.local).sb.clone() else {
+                return;
+            };
+            let req = JoinReq {
+                uuid: sb.uuid.clone(),
+                rank: sb.rank,
+                addr: format!("{}:{}", self.own_ip(), self.cfg.port),
+                fault_domain: self.fault_domain(),
+                fabric_uri: format!(
+                    "{}://{}:{}",
+                    self.provider(),
+                    self.own_ip(),
+                    self.cfg.engines[0].fabric_iface_port
+                ),
+                fabric_contexts: self.cfg.engines[0].targets * 4 + 1,
+            };
+            match call(
+                self.ms_addr,
+                &self.wire(Request::Join(req)),
+                Duration::from_secs(5),
+            )
+            .and_then(|v| {
+                serde_json::from_value::<JoinResp>(v).map_err(|e| SimError::Protocol {
+                    peer: self.ms_addr.to_string(),
+                    msg: e.to_string(),
+                })
+            }) {
+                Ok(resp) => {
+                    let mut l = lock(&self.local);
+                    if let Some(sb) = l.sb.as_mut() {
+                        sb.rank = Some(resp.rank);
+                        let sb = sb.clone();
+                        if let Err(e) = Self::write_json(&self.sb_path(), &sb) {
+                            log(format!("cannot update superblock: {e}"));
+                        }
+                    }
+                    if l.state == "starting" {
+                        l.state = "joined".into();
+                    }
+                    drop(l);
+                    log(format!(
+                        "instance 0: joined as rank {} (incarnation {})",
+                        resp.rank, resp.incarnation
+                    ));
+                    return;
+                }
+                Err(e) => {
+                    if !warned {
+                        log(format!(
+                            "instance 0: join via {} not accepted yet: {e}; retrying",
+                            self.ms_addr
+                        ));
+                        warned = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    }
+
+    /// The address other hosts reach us on: the source address the kernel
+    /// picks towards the MS (no packet is sent).
+    fn own_ip(&self) -> String {
+        UdpSocket::bind("0.0.0.0:0")
+            .and_then(|s| {
+                s.connect(self.ms_addr)?;
+                s.local_addr()
+            })
+            .map(|a| a.ip().to_string())
+            .unwrap_or_else(|_| "127.0.0.1".into())
+    }
+
+    fn fault_domain(&self) -> String {
+        self.cfg
+            .fault_path
+            .clone()
+            .unwrap_or_else(|| format!("/{}", hostname()))
+    }
+
+    fn provider(&self) -> String {
+        self.cfg
+            .engines
+            .first()
+            .and_then(|e| e.provider.clone())
+            .or_else(|| self.cfg.provider.clone())
+            .unwrap_or_else(|| "ofi+tcp".into())
+    }
+
+    /// Stops the engine (not the control server).
+    fn engine_stop(&self, force: bool) -> String {
+        if self.state() == "stopped" {
+            return "stopped".into();
+        }
+        self.set_state("stopping");
+        if !force {
+            if let Some(n) = self.faults.current().slow_stop_secs {
+                log(format!(
+                    "instance 0: slow stop, {n} s (daos-sim fault switch slow_stop)"
+                ));
+                std::thread::sleep(Duration::from_secs(n));
+            }
+        }
+        self.set_state("stopped");
+        "stopped".into()
+    }
+
+    // ---- management service ---------------------------------------------
+
+    fn ms_handle(&self, req: Request) -> Result<serde_json::Value, SimError> {
+        match req {
+            Request::Join(j) => to_value(&self.ms_join(j)?),
+            Request::MemberState { uuid, state } => {
+                let mut g = lock(&self.db);
+                let db = g
+                    .as_mut()
+                    .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+                if let Some(m) = db.members.iter_mut().find(|m| m.uuid == uuid) {
+                    m.state = state;
+                    m.last_update = now_rfc3339();
+                }
+                self.save_db(db);
+                Ok(serde_json::Value::Null)
+            }
+            Request::SystemQuery => {
+                let g = lock(&self.db);
+                let db = g
+                    .as_ref()
+                    .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+                let mut members = db.members.clone();
+                members.sort_by_key(|m| m.rank);
+                to_value(&SystemQueryResp {
+                    members,
+                    providers: vec![self.provider()],
+                })
+            }
+            Request::SystemStop { force } => to_value(&self.ms_stop(force)?),
+            Request::PoolCreate {
+                label,
+                size,
+                nranks,
+                nsvc,
+            } => to_value(&self.ms_pool_create(label, size, nranks, nsvc)?),
+            Request::ContCreate { pool, label, kind } => {
+                let mut g = lock(&self.db);
+                let db = g
+                    .as_mut()
+                    .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+                let p = db
+                    .pools
+                    .iter_mut()
+                    .find(|p| p.label == pool || p.uuid == pool)
+                    .ok_or_else(|| {
+                        SimError::remote(
+                            format!("pool {pool:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
+                            DER_NONEXIST,
+                        )
+                    })?;
+                if p.containers.iter().any(|c| c.label == label) {
+                    return Err(SimError::remote(
+                        format!("container {label:?}: DER_EXIST(-1004): Entity already exists"),
+                        DER_EXIST,
+                    ));
+                }
+                let c = Container {
+                    uuid: new_uuid(),
+                    label: label.clone(),
+                    kind: kind.clone(),
+                };
+                let resp = ContCreateResp {
+                    pool_uuid: p.uuid.clone(),
+                    container_uuid: c.uuid.clone(),
+                    container_label: label,
+                    container_type: kind,
+                };
+                p.containers.push(c);
+                self.save_db(db);
+                to_value(&resp)
+            }
+            Request::Format | Request::EngineStop { .. } => Err(SimError::remote(
+                "not a management service request",
+                DER_INVAL,
+            )),
+        }
+    }
+
+    fn ms_join(&self, j: JoinReq) -> Result<JoinResp, SimError> {
+        let mut g = lock(&self.db);
+        let db = g
+            .as_mut()
+            .ok_or_else(|| SimError::remote("management service not formatted yet", DER_MISC))?;
+        let now = now_rfc3339();
+        let (rank, incarnation) = if let Some(m) = db.members.iter_mut().find(|m| m.uuid == j.uuid)
+        {
+            m.incarnation += 1;
+            m.state = "joined".into();
+            m.addr = j.addr;
+            m.fault_domain = j.fault_domain;
+            m.fabric_uri = j.fabric_uri;
+            m.last_update = now;
+            (m.rank, m.incarnation)
+        } else {
+            let taken = |r: u32| db.members.iter().any(|m| m.rank == r);
+            let rank = match j.rank {
+                Some(r) if !taken(r) => r,
+                _ => (0..).find(|r| !taken(*r)).unwrap_or(0),
+            };
+            let incarnation = 1;
+            db.members.push(Member {
+                addr: j.addr,
+                state: "joined".into(),
+                fault_domain: j.fault_domain,
+                rank,
+                incarnation,
+                uuid: j.uuid,
+                fabric_uri: j.fabric_uri,
+                secondary_fabric_uris: None,
+                fabric_contexts: j.fabric_contexts,
+                secondary_fabric_contexts: None,
+                info: String::new(),
+                last_update: now,
+            });
+            (rank, incarnation)
+        };
+        self.save_db(db);
+        Ok(JoinResp { rank, incarnation })
+    }
+
+    fn ms_stop(&self, force: bool) -> Result<SystemStopResp, SimError> {
+        let targets: Vec<(u32, String)> = {
+            let g = lock(&self.db);
+            let db = g
+                .as_ref()
+                .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+            db.members
+                .iter()
+                .map(|m| (m.rank, m.addr.clone()))
+                .collect()
+        };
+        let handles: Vec<_> = targets
+            .into_iter()
+            .map(|(rank, addr)| {
+                let wire = self.wire(Request::EngineStop { force });
+                let timeout = self.stop_timeout;
+                std::thread::spawn(move || {
+                    let r = resolve(&addr, 0).and_then(|a| call(a, &wire, timeout));
+                    (rank, addr, r)
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for h in handles {
+            let Ok((rank, addr, r)) = h.join() else {
+                continue;
+            };
+            results.push(match r {
+                Ok(_) => RankResult {
+                    state: "stopped".into(),
+                    addr,
+                    rank,
+                    action: "stop".into(),
+                    errored: false,
+                    msg: String::new(),
+                },
+                Err(e) => RankResult {
+                    state: if matches!(e, SimError::Io { .. }) {
+                        "stopping"
+                    } else {
+                        "errored"
+                    }
+                    .into(),
+                    addr,
+                    rank,
+                    action: "stop".into(),
+                    errored: true,
+                    msg: e.to_string(),
+                },
+            });
+        }
+        results.sort_by_key(|r| r.rank);
+        let mut g = lock(&self.db);
+        if let Some(db) = g.as_mut() {
+            for r in &results {
+                if let Some(m) = db.members.iter_mut().find(|m| m.rank == r.rank) {
+                    m.state = r.state.clone();
+                    m.last_update = now_rfc3339();
+                }
+            }
+            self.save_db(db);
+        }
+        Ok(SystemStopResp { results })
+    }
+
+    fn ms_pool_create(
+        &self,
+        label: String,
+        size: u64,
+        nranks: Option<u32>,
+        nsvc: Option<u32>,
+    ) -> Result<PoolCreateResp, SimError> {
+        let mut g = lock(&self.db);
+        let db = g
+            .as_mut()
+            .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+        if db.pools.iter().any(|p| p.label == label) {
+            return Err(SimError::remote(
+                format!(
+                    "pool create failed: DER_EXIST(-1004): Entity already exists: pool {label:?}"
+                ),
+                DER_EXIST,
+            ));
+        }
+        let mut joined: Vec<u32> = db
+            .members
+            .iter()
+            .filter(|m| m.state == "joined")
+            .map(|m| m.rank)
+            .collect();
+        joined.sort_unstable();
+        let k = nranks.unwrap_or(joined.len() as u32) as usize;
+        if k == 0 || k > joined.len() {
+            return Err(SimError::remote(
+                format!(
+                    "pool create failed: DER_NOSPACE(-1007): No space on storage target: {k} ranks requested, {} joined",
+                    joined.len()
+                ),
+                DER_NOSPACE,
+            ));
+        }
+        let r = nsvc.unwrap_or(3.min(k as u32)) as usize;
+        if r == 0 || r > k {
+            return Err(SimError::remote(
+                format!("pool create failed: DER_INVAL(-1003): Invalid parameters: nsvc {r} with {k} ranks"),
+                DER_INVAL,
+            ));
+        }
+        let tgt_ranks: Vec<u32> = joined[..k].to_vec();
+        let svc_reps: Vec<u32> = tgt_ranks[..r].to_vec();
+        // DAOS's default tier ratio: 6 % SCM, the rest NVMe; per rank.
+        let scm = size * 6 / 100;
+        let tier_bytes = vec![scm / k as u64, (size - scm) / k as u64];
+        let pool = Pool {
+            uuid: new_uuid(),
+            label,
+            svc_reps: svc_reps.clone(),
+            tgt_ranks: tgt_ranks.clone(),
+            tier_bytes: tier_bytes.clone(),
+            containers: Vec::new(),
+        };
+        let resp = PoolCreateResp {
+            uuid: pool.uuid.clone(),
+            svc_ldr: svc_reps[0],
+            svc_reps,
+            tgt_ranks,
+            tier_bytes,
+            mem_file_bytes: 0,
+            md_on_ssd_active: false,
+        };
+        db.pools.push(pool);
+        self.save_db(db);
+        Ok(resp)
+    }
+
+    // ---- connections -------------------------------------------------------
+
+    fn handle_conn(self: &Arc<Self>, stream: TcpStream) {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut line = String::new();
+        if BufReader::new(&stream).read_line(&mut line).is_err() || line.is_empty() {
+            return;
+        }
+        let reply = match serde_json::from_str::<Wire>(&line) {
+            Ok(w) => match self.dispatch(w) {
+                Ok(v) => Reply::Ok(v),
+                Err(e) => Reply::Err {
+                    msg: e.to_string(),
+                    status: e.status(),
+                },
+            },
+            Err(e) => Reply::Err {
+                msg: format!("bad request: {e}"),
+                status: DER_INVAL,
+            },
+        };
+        let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+        out.push(b'\n');
+        let mut s = &stream;
+        let _ = s.write_all(&out);
+    }
+
+    fn dispatch(self: &Arc<Self>, w: Wire) -> Result<serde_json::Value, SimError> {
+        if w.system != self.cfg.name {
+            return Err(SimError::remote(
+                format!(
+                    "system name mismatch (request: {:?}, server: {:?})",
+                    w.system, self.cfg.name
+                ),
+                DER_INVAL,
+            ));
+        }
+        if w.insecure != self.cfg.transport_config.allow_insecure {
+            return Err(SimError::remote(
+                format!(
+                    "transport security mismatch: server allow_insecure={}, client allow_insecure={} \
+                     (transport_config must match in daos_server.yml, dmg and agent)",
+                    self.cfg.transport_config.allow_insecure, w.insecure
+                ),
+                DER_MISC,
+            ));
+        }
+        match w.req {
+            Request::Format => to_value(&self.format()?),
+            Request::EngineStop { force } => Ok(serde_json::Value::String(self.engine_stop(force))),
+            req if self.is_ms => self.ms_handle(req),
+            req => {
+                // Forward to the MS; system stop may wait for slow ranks.
+                let timeout = self.stop_timeout + Duration::from_secs(10);
+                call(self.ms_addr, &self.wire(req), timeout)
+            }
+        }
+    }
+}
+
+fn to_value<T: Serialize>(v: &T) -> Result<serde_json::Value, SimError> {
+    serde_json::to_value(v).map_err(|e| SimError::Protocol {
+        peer: "local".into(),
+        msg: e.to_string(),
+    })
+}
+
+fn write_bdev_header(path: &Path, size_gib: u64, uuid: &str, system: &str) -> Result<(), SimError> {
+    use std::io::{Seek, SeekFrom};
+    let io = |e| SimError::io(format!("write bdev header {}", path.display()), e);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io)?;
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io)?;
+    let want = size_gib << 30;
+    if f.metadata().map_err(io)?.len() < want {
+        f.set_len(want).map_err(io)?; // sparse
+    }
+    f.seek(SeekFrom::Start(0)).map_err(io)?;
+    let mut hdr = BDEV_MAGIC.to_vec();
+    hdr.extend(
+        serde_json::json!({"engine": 0, "uuid": uuid, "system": system, "simulator": "daos-sim"})
+            .to_string()
+            .bytes(),
+    );
+    hdr.push(b'\n');
+    f.write_all(&hdr).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// The host name (the kernel's; the network namespaces of the test harness
+/// all share it, hence `fault_path`).
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// Whether `addr` is one of this host's (namespace's) addresses and our port.
+fn is_self(addr: SocketAddr, port: u16) -> bool {
+    addr.port() == port && UdpSocket::bind((addr.ip(), 0)).is_ok()
+}
+
+/// `daos_server start -o CONFIG`. Returns the exit code.
+pub fn run(config_path: &Path) -> Result<i32, SimError> {
+    let cfg = ServerConfig::load(config_path)?;
+    let md = cfg.metadata_path().unwrap_or_default();
+    let replicas = cfg.replicas();
+    let ms_addr = resolve(&replicas[0], cfg.port)?;
+    let is_ms = is_self(ms_addr, cfg.port);
+    let config_dir = config_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let stop_timeout = std::env::var("DAOS_SIM_STOP_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(10));
+
+    let listener = TcpListener::bind(("0.0.0.0", cfg.port))
+        .map_err(|e| SimError::io(format!("listen on control port {}", cfg.port), e))?;
+
+    let sb_path = md.join("daos_control/engine0/superblock");
+    let sb: Option<Superblock> = match std::fs::read(&sb_path) {
+        Ok(b) => Some(serde_json::from_slice(&b).map_err(|e| SimError::Config {
+            path: sb_path.clone(),
+            msg: format!("corrupt superblock: {e}"),
+        })?),
+        Err(_) => None,
+    };
+    let server = Arc::new(Server {
+        faults: FaultSource::new(config_dir),
+        local: Mutex::new(Local {
+            state: if sb.is_some() {
+                "starting"
+            } else {
+                "awaitformat"
+            }
+            .into(),
+            sb: sb.clone(),
+        }),
+        db: Mutex::new(None),
+        shutdown: AtomicBool::new(false),
+        stop_timeout,
+        ms_addr,
+        is_ms,
+        md,
+        cfg,
+    });
+    if is_ms && sb.is_some() {
+        let db: Db = std::fs::read(server.db_path())
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let mut db = db;
+        // Nobody has rejoined this MS incarnation yet: until they do, their
+        // state is unknown (real DAOS would learn it from SWIM).
+        for m in &mut db.members {
+            m.state = "unknown".into();
+        }
+        *lock(&server.db) = Some(db);
+    }
+    log(format!(
+        "daos-sim {} (DAOS control-plane simulator, not DAOS), pid {}: listening on 0.0.0.0:{}, system {:?}, management service {}{}, faults file {}",
+        env!("CARGO_PKG_VERSION"),
+        std::process::id(),
+        server.cfg.port,
+        server.cfg.name,
+        ms_addr,
+        if is_ms { " (this server)" } else { "" },
+        server.faults.file().display()
+    ));
+    match &sb {
+        Some(sb) => {
+            log(format!(
+                "instance 0: superblock found (uuid {}, rank {:?}): not awaiting format, rejoining",
+                sb.uuid, sb.rank
+            ));
+            server.spawn_join();
+        }
+        None => {
+            log("instance 0: SCM format required; awaiting storage format (dmg storage format)")
+        }
+    }
+
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| SimError::io("install signal handler", e))?;
+    }
+
+    let acceptor = Arc::clone(&server);
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            if acceptor.shutdown.load(Ordering::SeqCst) {
+                return;
+            }
+            let s = Arc::clone(&acceptor);
+            std::thread::spawn(move || s.handle_conn(conn));
+        }
+    });
+
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        if !term.swap(false, Ordering::SeqCst) {
+            continue;
+        }
+        if server.faults.current().ignore_sigterm {
+            log("caught SIGTERM: ignored (daos-sim fault switch ignore_sigterm)");
+            continue;
+        }
+        log("caught SIGTERM: shutting down");
+        let was_joined = server.state() == "joined";
+        server.engine_stop(false);
+        server.shutdown.store(true, Ordering::SeqCst);
+        if was_joined {
+            let uuid = lock(&server.local).sb.as_ref().map(|s| s.uuid.clone());
+            if let Some(uuid) = uuid {
+                let req = Request::MemberState {
+                    uuid,
+                    state: "stopped".into(),
+                };
+                let r = if server.is_ms {
+                    server.ms_handle(req).map(|_| ())
+                } else {
+                    call(server.ms_addr, &server.wire(req), Duration::from_secs(2)).map(|_| ())
+                };
+                if let Err(e) = r {
+                    log(format!("could not tell the management service: {e}"));
+                }
+            }
+        }
+        log("daos_server stopped");
+        return Ok(0);
+    }
+}

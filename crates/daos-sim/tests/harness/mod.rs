@@ -1,0 +1,351 @@
+//! A four-server simulated DAOS system on 127.0.0.1 for tests: real
+//! `daos-sim` processes behind argv[0] symlinks in a temp dir, each server
+//! with its own port, config, metadata dir, bdev file and log. Every process
+//! is killed by PID on drop, also when the test panics.
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_daos-sim");
+
+#[derive(Debug)]
+pub struct Server {
+    pub port: u16,
+    pub dir: PathBuf,
+    pub cfg: PathBuf,
+    pub md: PathBuf,
+    pub bdev: PathBuf,
+    pub log: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub child: Option<Child>,
+}
+
+#[derive(Debug)]
+pub struct Cluster {
+    pub tmp: tempfile::TempDir,
+    pub bin: PathBuf,
+    pub servers: Vec<Server>,
+    pub control: PathBuf,
+    pub others: Vec<Child>,
+}
+
+/// `n` ports the kernel just handed out (bound on 0.0.0.0 like the servers,
+/// then released), so parallel tests do not collide.
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let ls: Vec<TcpListener> = (0..n)
+        .map(|_| TcpListener::bind("0.0.0.0:0").expect("bind port 0"))
+        .collect();
+    ls.iter().map(|l| l.local_addr().unwrap().port()).collect()
+}
+
+pub fn server_yml(
+    name: &str,
+    port: u16,
+    ms_port: u16,
+    idx: usize,
+    md: &Path,
+    bdev: &Path,
+) -> String {
+    format!(
+        "name: {name}
+port: {port}
+mgmt_svc_replicas: ['127.0.0.1:{ms_port}']
+provider: ofi+tcp
+transport_config: {{allow_insecure: true}}
+control_metadata: {{path: {md}}}
+disable_vfio: true
+disable_hugepages: true
+fault_path: /da{n}
+engines:
+  - targets: 4
+    fabric_iface: lo
+    fabric_iface_port: {fport}
+    storage:
+      - {{class: ram, scm_mount: /mnt/daos, scm_size: 16}}
+      - {{class: file, bdev_list: [{bdev}], bdev_size: 1}}
+",
+        md = md.display(),
+        bdev = bdev.display(),
+        n = idx + 1,
+        fport = 31416 + idx,
+    )
+}
+
+impl Cluster {
+    /// Writes configs for `n` servers (not started).
+    pub fn new(n: usize) -> Self {
+        let tmp = tempfile::Builder::new()
+            .prefix("daos-sim-test")
+            .tempdir()
+            .unwrap();
+        let bin = tmp.path().join("bin");
+        fs::create_dir_all(&bin).unwrap();
+        for name in ["daos_server", "daos_agent", "dmg", "daos"] {
+            std::os::unix::fs::symlink(BIN, bin.join(name)).unwrap();
+        }
+        let ports = free_ports(n);
+        let servers: Vec<Server> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &port)| {
+                let dir = tmp.path().join(format!("da{}", i + 1));
+                fs::create_dir_all(&dir).unwrap();
+                let md = dir.join("control_meta");
+                let bdev = dir.join("bdev0");
+                let cfg = dir.join("daos_server.yml");
+                fs::write(
+                    &cfg,
+                    server_yml("daos_server", port, ports[0], i, &md, &bdev),
+                )
+                .unwrap();
+                Server {
+                    port,
+                    log: dir.join("server.log"),
+                    dir,
+                    cfg,
+                    md,
+                    bdev,
+                    env: Vec::new(),
+                    child: None,
+                }
+            })
+            .collect();
+        let control = tmp.path().join("daos_control.yml");
+        let hosts: Vec<String> = ports.iter().map(|p| format!("'127.0.0.1:{p}'")).collect();
+        fs::write(
+            &control,
+            format!(
+                "name: daos_server\nport: 10001\nhostlist: [{}]\ntransport_config: {{allow_insecure: true}}\n",
+                hosts.join(", ")
+            ),
+        )
+        .unwrap();
+        Cluster {
+            tmp,
+            bin,
+            servers,
+            control,
+            others: Vec::new(),
+        }
+    }
+
+    pub fn start(n: usize) -> Self {
+        let mut c = Self::new(n);
+        for i in 0..n {
+            c.start_server(i);
+        }
+        c.wait_listening();
+        c
+    }
+
+    pub fn start_server(&mut self, i: usize) {
+        let s = &mut self.servers[i];
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&s.log)
+            .unwrap();
+        let mut cmd = Command::new(self.bin.join("daos_server"));
+        cmd.args(["start", "-o"])
+            .arg(&s.cfg)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .env_remove("DAOS_SIM_FAULTS")
+            .env_remove("DAOS_SIM_FAULTS_FILE")
+            .env_remove("DAOS_SIM_STOP_TIMEOUT");
+        for (k, v) in &s.env {
+            cmd.env(k, v);
+        }
+        s.child = Some(cmd.spawn().expect("spawn daos_server"));
+    }
+
+    pub fn wait_listening(&self) {
+        for s in &self.servers {
+            wait_for(Duration::from_secs(10), || {
+                std::net::TcpStream::connect(("127.0.0.1", s.port)).is_ok()
+            });
+        }
+    }
+
+    pub fn pid(&self, i: usize) -> u32 {
+        self.servers[i].child.as_ref().expect("running").id()
+    }
+
+    pub fn signal(&self, i: usize, sig: &str) {
+        let st = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid(i).to_string())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+
+    /// Waits for server `i` to exit; returns its exit code (None: still running).
+    pub fn wait_exit(&mut self, i: usize, timeout: Duration) -> Option<i32> {
+        let child = self.servers[i].child.as_mut()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(st) = child.try_wait().unwrap() {
+                self.servers[i].child = None;
+                return Some(st.code().unwrap_or(-1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    pub fn log(&self, i: usize) -> String {
+        fs::read_to_string(&self.servers[i].log).unwrap_or_default()
+    }
+
+    pub fn run(&self, tool: &str, args: &[&str]) -> Output {
+        self.run_env(tool, args, &[])
+    }
+
+    pub fn run_env(&self, tool: &str, args: &[&str], env: &[(&str, &Path)]) -> Output {
+        let mut cmd = Command::new(self.bin.join(tool));
+        cmd.args(args).stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().expect("run tool")
+    }
+
+    /// `dmg -o control.yml -j ARGS`: (parsed stdout, exit code).
+    pub fn dmg(&self, args: &[&str]) -> (Value, i32) {
+        let mut a = vec!["-o", self.control.to_str().unwrap(), "-j"];
+        a.extend_from_slice(args);
+        let out = self.run("dmg", &a);
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "dmg {args:?} printed no JSON ({e}): stdout {:?} stderr {:?}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (v, out.status.code().unwrap_or(-1))
+    }
+
+    /// Polls `system query` until `pred` holds for its members.
+    pub fn wait_members(&self, timeout: Duration, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let (v, _) = self.dmg(&["system", "query"]);
+            let members = v["response"]["members"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if pred(&members) {
+                return members;
+            }
+            assert!(Instant::now() < deadline, "timed out; last query: {v}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn wait_all_joined(&self, n: usize) -> Vec<Value> {
+        self.wait_members(Duration::from_secs(20), |m| {
+            m.len() == n && m.iter().all(|m| m["state"] == "joined")
+        })
+    }
+
+    pub fn spawn_other(&mut self, tool: &str, args: &[&str], env: &[(&str, &Path)]) {
+        let mut cmd = Command::new(self.bin.join(tool));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        self.others.push(cmd.spawn().unwrap());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            if let Some(mut c) = s.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        for c in &mut self.others {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            for (i, s) in self.servers.iter().enumerate() {
+                eprintln!(
+                    "--- server {i} log ---\n{}",
+                    fs::read_to_string(&s.log).unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+pub fn wait_for(timeout: Duration, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(
+            Instant::now() < deadline,
+            "condition not met in {timeout:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Asserts `actual` has exactly the field names and JSON types of
+/// `expected`, recursively. Arrays: every element matches the fixture's
+/// first. Object keys written `<...>` in a fixture stand for any key.
+pub fn assert_same_shape(expected: &Value, actual: &Value, path: &str) {
+    use Value::*;
+    match (expected, actual) {
+        (Null, Null) | (Bool(_), Bool(_)) | (String(_), String(_)) => {}
+        (Number(e), Number(a)) => assert_eq!(
+            e.is_f64(),
+            a.is_f64(),
+            "{path}: number kind differs: fixture {e}, got {a}"
+        ),
+        (Array(e), Array(a)) => {
+            if let Some(first) = e.first() {
+                for (i, x) in a.iter().enumerate() {
+                    assert_same_shape(first, x, &format!("{path}[{i}]"));
+                }
+            }
+        }
+        (Object(e), Object(a)) => {
+            if let Some((k, wild)) = e.iter().find(|(k, _)| k.starts_with('<')) {
+                assert_eq!(e.len(), 1, "{path}: fixture mixes {k} with other keys");
+                assert!(!a.is_empty(), "{path}: expected entries like {k}, got none");
+                for (ak, av) in a {
+                    assert_same_shape(wild, av, &format!("{path}.{ak}"));
+                }
+                return;
+            }
+            let ek: Vec<&std::string::String> = e.keys().collect();
+            let ak: Vec<&std::string::String> = a.keys().collect();
+            assert_eq!(ek, ak, "{path}: field names differ");
+            for (k, ev) in e {
+                assert_same_shape(ev, &a[k], &format!("{path}.{k}"));
+            }
+        }
+        _ => panic!("{path}: JSON type differs: fixture {expected}, got {actual}"),
+    }
+}
+
+pub fn fixture(name: &str) -> Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    serde_json::from_str(&fs::read_to_string(&p).unwrap()).unwrap()
+}
