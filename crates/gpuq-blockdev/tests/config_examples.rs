@@ -11,7 +11,11 @@ fn example_configs_parse_and_never_allow_loop_devices() {
         let p = dir.join(format!("da{i}.toml"));
         let c = gpuq_blockdev::NodeConfig::load(&p).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.node.name, format!("da{i}"));
-        assert!(!c.node.allow_loop_devices, "{} allows loop devices", p.display());
+        assert!(
+            !c.node.allow_loop_devices,
+            "{} allows loop devices",
+            p.display()
+        );
         assert!(!c.devices.is_empty());
         for d in &c.devices {
             assert!(d.loop_backing_file.is_none());
