@@ -494,6 +494,30 @@ our_mounts() {
     }' /proc/self/mountinfo | sort -rn | cut -d' ' -f2- | uniq
 }
 
+# Is $D something `down` may sweep and delete? Yes if absent, if it has our
+# manifest, or if it holds nothing but what `up` creates (a crash before
+# the manifest). Guards against GPUQ_CLUSTER_DIR pointing at real data:
+# down kills processes naming the dir and removes it.
+cluster_dir_is_ours() {
+  [[ -d $D ]] || return 0
+  if [[ -f $MANIFEST ]]; then
+    head -n1 "$MANIFEST" | grep -q '^# gpuq test cluster manifest' && return 0
+    echo "cluster: $MANIFEST is not a gpuq test cluster manifest" >&2
+    return 1
+  fi
+  local e foreign=()
+  for e in "$D"/* "$D"/.[!.]*; do
+    [[ -e $e ]] || continue
+    case ${e##*/} in
+      cxl2 | da1 | da2 | da3 | da4 | etc | ssh | logs | build | manifest) ;;
+      *) foreign+=("${e##*/}") ;;
+    esac
+  done
+  ((${#foreign[@]} == 0)) && return 0
+  echo "cluster: $D has no manifest and holds ${foreign[*]}: not a test cluster dir; not touching it" >&2
+  return 1
+}
+
 # The manifest's namespaces plus the deterministic names (for a lost manifest).
 our_namespaces() {
   {

@@ -7,7 +7,6 @@
 //! parallel. Run as root; they print `SKIPPED: reason` otherwise.
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -374,12 +373,14 @@ fn down_cleans_up_after_daemons_died() {
     );
 }
 
-/// The scripts refuse a cluster dir they could not safely remove.
+/// The scripts refuse a cluster dir they could not safely remove, and
+/// `down` never sweeps a dir that holds anything but a cluster.
 #[test]
 fn refuses_dangerous_cluster_dirs() {
     require_cluster_env!();
+    let down = gpuq_system_tests::cluster::harness_dir().join("down");
     for dir in ["/", "/tmp", "/etc/x", "/tmp/a b", "relative/dir", "/x"] {
-        let out = Command::new(gpuq_system_tests::cluster::harness_dir().join("down"))
+        let out = Command::new(&down)
             .env("GPUQ_CLUSTER_DIR", dir)
             .output()
             .unwrap();
@@ -389,6 +390,20 @@ fn refuses_dangerous_cluster_dirs() {
             "down accepted GPUQ_CLUSTER_DIR={dir}: {}",
             stderr(&out)
         );
-        assert!(Path::new("/tmp").is_dir());
     }
+    // A dir with someone's data and no manifest: refused, left as it was.
+    let id = ClusterId::unique("foreign");
+    std::fs::create_dir_all(&id.dir).unwrap();
+    let precious = id.dir.join("precious.txt");
+    std::fs::write(&precious, "keep me").unwrap();
+    let (out, _) = id.down();
+    let kept = std::fs::read_to_string(&precious);
+    let _ = std::fs::remove_dir_all(&id.dir);
+    assert_eq!(out.status.code(), Some(1), "down: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a test cluster dir"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(kept.unwrap(), "keep me");
 }
