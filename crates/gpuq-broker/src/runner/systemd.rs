@@ -10,9 +10,9 @@
 //! the broker is restarting; the broker stops and resets it after reading
 //! the status.
 //!
-//! **Test status:** this machine's PID 1 is not systemd and has no system
-//! bus, so this runner is compiled and reviewed but not exercised by the
-//! test suite here (see docs/testing.md).
+//! **Tests:** `tests/tests/systemd_runner.rs` runs the real broker with this
+//! runner against a real systemd (PID 1 of a Podman container, see
+//! `integration/systemd-box/`), driven by the real CLI.
 
 use super::{JobSpec, Outcome, Runner, RunnerError};
 use async_trait::async_trait;
@@ -33,6 +33,41 @@ pub struct SystemdRunner {
 
 fn unit_name(id: JobId) -> String {
     format!("gpuq-job-{id}.service")
+}
+
+/// `$` → `$$`: what systemd turns back into one literal `$` in ExecStart.
+fn escape_dollars(arg: &str) -> String {
+    arg.replace('$', "$$")
+}
+
+/// systemd resolves `User=`, `Group=` and `SupplementaryGroups=` in the
+/// user database even when they are numeric, and a unit whose IDs have no
+/// entry dies before its command runs (status 217/USER or 216/GROUP, which
+/// would look like the job's own exit code). Refuse such a job up front with
+/// the reason; the broker records it as "could not start".
+fn known_ids(spec: &JobSpec) -> Result<(), RunnerError> {
+    use nix::unistd::{Gid, Group, Uid, User};
+    let refuse = |what: String| {
+        RunnerError::State {
+        id: spec.id,
+        what: format!(
+            "{what} has no entry in the user database; systemd runs a unit only as a known user and groups"
+        ),
+    }
+    };
+    match User::from_uid(Uid::from_raw(spec.uid)) {
+        Ok(Some(_)) => {}
+        Ok(None) => return Err(refuse(format!("uid {}", spec.uid))),
+        Err(e) => return Err(refuse(format!("uid {} ({e})", spec.uid))),
+    }
+    for gid in std::iter::once(&spec.gid).chain(spec.groups.iter()) {
+        match Group::from_gid(Gid::from_raw(*gid)) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(refuse(format!("gid {gid}"))),
+            Err(e) => return Err(refuse(format!("gid {gid} ({e})"))),
+        }
+    }
+    Ok(())
 }
 
 fn err(e: zbus::Error) -> RunnerError {
@@ -131,6 +166,7 @@ impl Runner for SystemdRunner {
     }
 
     async fn start(&self, spec: &JobSpec, _log: File) -> Result<(), RunnerError> {
+        known_ids(spec)?;
         let log = spec.log_path.display().to_string();
         let mut argv = vec![
             "/bin/sh".to_string(),
@@ -139,6 +175,13 @@ impl Runner for SystemdRunner {
             format!("gpuq-job-{}", spec.id),
         ];
         argv.extend(spec.argv.iter().cloned());
+        // systemd substitutes `$NAME`, `${NAME}` and `$$` in ExecStart when
+        // it spawns the process, also in a transient unit's: `$$` in a
+        // user's `bash -c 'echo $$'` would reach bash as `$`, `$HOME` as
+        // the unit's value. Every `$` is sent as `$$` (systemd's literal
+        // dollar, understood by every version; the `:` no-expansion prefix
+        // needs 243+, and EL8 has 239).
+        let argv: Vec<String> = argv.iter().map(|a| escape_dollars(a)).collect();
         let exec: Vec<(String, Vec<String>, bool)> = vec![("/bin/sh".to_string(), argv, false)];
         let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let groups: Vec<String> = spec.groups.iter().map(|g| g.to_string()).collect();
@@ -240,5 +283,45 @@ impl Runner for SystemdRunner {
     async fn release(&self, id: JobId) -> Result<(), RunnerError> {
         let _ = self.manager("ResetFailedUnit", &(unit_name(id),)).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dollars_reach_the_job_literally() {
+        assert_eq!(escape_dollars("exec \"$@\""), "exec \"$$@\"");
+        assert_eq!(
+            escape_dollars("echo $$ ${HOME} $X 100%"),
+            "echo $$$$ $${HOME} $$X 100%"
+        );
+        assert_eq!(escape_dollars("plain"), "plain");
+    }
+
+    #[test]
+    fn ids_without_a_user_database_entry_are_refused_before_systemd() {
+        let mut spec = JobSpec {
+            id: JobId(7),
+            uid: 0,
+            gid: 0,
+            groups: vec![0],
+            user: "root".into(),
+            argv: vec!["true".into()],
+            cwd: "/".into(),
+            env: vec![],
+            log_path: "/dev/null".into(),
+            time_limit_secs: 60,
+        };
+        assert!(known_ids(&spec).is_ok());
+        // No test machine has these IDs in its user database.
+        spec.uid = 3_999_999_001;
+        let e = known_ids(&spec).unwrap_err().to_string();
+        assert!(e.contains("uid 3999999001 has no entry"), "{e}");
+        spec.uid = 0;
+        spec.groups = vec![0, 3_999_999_002];
+        let e = known_ids(&spec).unwrap_err().to_string();
+        assert!(e.contains("gid 3999999002 has no entry"), "{e}");
     }
 }

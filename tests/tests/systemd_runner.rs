@@ -1,0 +1,386 @@
+//! The systemd runner against a real systemd: each test boots a Podman
+//! container whose PID 1 is systemd (see `integration/systemd-box/`), runs
+//! the real `gpuq-broker` in it as the shipped `gpuq-broker.service` with
+//! `runner = "systemd"`, and drives it with the real `gpuq` CLI in the box.
+//! Every job is then a transient unit `gpuq-job-<id>.service` that the
+//! broker created through systemd's D-Bus API; `systemctl` in the box is
+//! the independent witness of what systemd did.
+
+use gpuq_system_tests::systemd_box::SystemdBox;
+use gpuq_system_tests::{eventually, require_systemd_box, stderr, stdout, User};
+use std::time::Duration;
+
+fn alice() -> User {
+    User::new(61001, 61001, &[61001, 61010])
+}
+
+/// The PIDs (in the box) a job wrote into `dir/pids`, one per line.
+fn pids(b: &SystemdBox, dir: &str) -> Vec<i32> {
+    b.read(&format!("{dir}/pids"))
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// A job that leaves a plain background child, a setsid'd one in its own
+/// session, and one that ignores SIGTERM/SIGHUP, then waits.
+const TREE: &str = "sleep 1000 & echo $! >> pids; setsid sleep 1000 & echo $! >> pids; \
+                    (trap '' TERM HUP; exec sleep 1000) & echo $! >> pids; echo $$ >> pids; wait";
+
+#[test]
+fn job_unit_runs_as_the_user_with_groups_cwd_filtered_env_and_appends_its_log() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let script = "echo uid=$(id -u) gid=$(id -g) groups=$(id -G); echo cwd=$PWD; env | sort; \
+                  echo to-err >&2; while [ ! -e release ]; do sleep 0.1; done; exit 3";
+    let out = b.gpuq_in(
+        Some(&a),
+        &w,
+        &[
+            ("DAOS_POOL", "oldpool"),
+            ("DAOS_CONTAINER", "oldcont"),
+            ("GPUQ_JOB_ID", "999"),
+            ("MY_SETTING", "kept value"),
+        ],
+        &["submit", "--", "bash", "-c", script],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().expect("stdout is the job ID");
+    b.wait_state(id, "running", 30);
+    // systemd's view of the unit the broker created over D-Bus.
+    let unit = format!("gpuq-job-{id}.service");
+    assert!(
+        eventually(10, || b.unit_prop(id, "ActiveState") == "active"),
+        "{unit} is not active"
+    );
+    assert_eq!(b.unit_prop(id, "User"), "61001");
+    assert_eq!(b.unit_prop(id, "Group"), "61001");
+    assert_eq!(b.unit_prop(id, "SupplementaryGroups"), "61001 61010");
+    assert_eq!(b.unit_prop(id, "WorkingDirectory"), w);
+    assert_eq!(b.unit_prop(id, "KillMode"), "control-group");
+    assert_eq!(b.unit_prop(id, "RemainAfterExit"), "yes");
+    assert_eq!(b.unit_prop(id, "Type"), "exec");
+    let main: i32 = b.unit_prop(id, "MainPID").parse().unwrap();
+    assert!(main > 0);
+    let status = b.read(&format!("/proc/{main}/status"));
+    assert!(
+        status.contains("Uid:\t61001\t61001\t61001\t61001")
+            && status.contains("Gid:\t61001\t61001\t61001\t61001")
+            && status.contains("Groups:\t61001 61010"),
+        "{status}"
+    );
+    let ctl = b.sh_ok(&format!("systemctl status --no-pager {unit} || true"));
+    assert!(ctl.contains("Transient: yes"), "{ctl}");
+    // Let it finish with exit 3.
+    b.sh_ok(&format!("touch {w}/release"));
+    let j = b.wait_state(id, "failed", 30);
+    assert_eq!(j["exit_code"], 3, "{j}");
+    assert!(j["signal"].is_null(), "{j}");
+    let log_path = j["log_path"].as_str().unwrap().to_string();
+    assert_eq!(log_path, format!("/var/log/gpuq/61001/gpuq-{id}.log"));
+    assert_eq!(
+        b.sh_ok(&format!("stat -c '%u %g %a' {log_path}")).trim(),
+        "61001 61001 600"
+    );
+    let log = b.read(&log_path);
+    assert!(
+        log.contains("uid=61001 gid=61001 groups=61001 61010"),
+        "{log}"
+    );
+    assert!(log.contains(&format!("cwd={w}\n")), "{log}");
+    assert!(log.contains("MY_SETTING=kept value\n"), "{log}");
+    assert!(log.contains(&format!("GPUQ_JOB_ID={id}\n")), "{log}");
+    assert!(!log.contains("DAOS_"), "old DAOS settings leaked: {log}");
+    assert!(!log.contains("999"), "{log}");
+    // Appended: the broker's own lines before and after the job's output
+    // (systemd opened the file with O_APPEND as StandardOutputFileToAppend).
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(
+        lines[0].starts_with("gpuq: ") && lines[0].contains("queued"),
+        "{log}"
+    );
+    assert!(
+        lines[1].starts_with("gpuq: ") && lines[1].contains("with the systemd runner"),
+        "{log}"
+    );
+    assert!(lines[2].starts_with("uid=61001"), "{log}");
+    assert!(
+        lines.contains(&"to-err"),
+        "stderr goes to the same log: {log}"
+    );
+    assert!(
+        lines.last().unwrap().starts_with("gpuq: ")
+            && lines
+                .last()
+                .unwrap()
+                .contains("ended failed with exit status 3"),
+        "{log}"
+    );
+    // The broker released the unit after recording the end.
+    assert!(
+        eventually(10, || !b.unit_loaded(id)),
+        "{unit} still loaded after the job ended: {}",
+        b.sh_ok(&format!("systemctl status --no-pager {unit} || true"))
+    );
+    // The CLI's follow reports the recorded exit code.
+    let follow = b.gpuq(Some(&a), &["follow", &id.to_string()]);
+    assert_eq!(follow.status.code(), Some(3), "{}", stderr(&follow));
+}
+
+#[test]
+fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    // systemd expands $NAME, ${NAME} and $$ in ExecStart: none of that may
+    // happen to the user's argv.
+    let words = ["$$", "${HOME}", "$HOME", "$@", "100%n%%", "a b", "it's"];
+    let mut args = vec!["--", "printf", "[%s]\n"];
+    args.extend(words);
+    let ok = b.submit(Some(&a), &w, &args);
+    let pid = b.submit(
+        Some(&a),
+        &w,
+        &["--", "bash", "-c", "echo pid=$$ home=$HOME"],
+    );
+    let missing = b.submit(Some(&a), &w, &["--", "no-such-command-gpuq"]);
+    let j = b.wait_state(ok, "completed", 30);
+    assert_eq!(j["exit_code"], 0);
+    let log = b.log_of(ok);
+    let expected: String = words.iter().map(|w| format!("[{w}]\n")).collect();
+    assert!(log.contains(&expected), "argv changed on the way:\n{log}");
+    b.wait_state(pid, "completed", 30);
+    let log = b.log_of(pid);
+    let line = log.lines().find(|l| l.starts_with("pid=")).unwrap_or("");
+    let n: i32 = line
+        .trim_start_matches("pid=")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("$$ did not reach bash: {log}"));
+    assert!(n > 1, "{log}");
+    // HOME is the submitter's (podman exec's root environment), passed on
+    // as filtered env, not systemd's value for the unit's user.
+    assert!(line.ends_with(" home=/root"), "{log}");
+    let j = b.wait_state(missing, "failed", 30);
+    assert_eq!(j["exit_code"], 127, "{j}");
+    assert!(
+        b.log_of(missing).contains("not found"),
+        "{}",
+        b.log_of(missing)
+    );
+}
+
+#[test]
+fn a_uid_or_group_unknown_to_the_user_database_is_refused_with_a_reason() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    b.sh_ok("mkdir -m 1777 /w/shared");
+    // 61077 has no passwd entry; alice in a group without a group entry.
+    let ghost = User::new(61077, 61077, &[]);
+    let id1 = b.submit(
+        Some(&ghost),
+        "/w/shared",
+        &["--", "touch", "/w/shared/ghost-ran"],
+    );
+    let odd = User::new(61001, 61001, &[61001, 61099]);
+    let id2 = b.submit(Some(&odd), &w, &["--", "touch", "odd-ran"]);
+    let j1 = b.wait_state(id1, "failed", 30);
+    let j2 = b.wait_state(id2, "failed", 30);
+    for (j, what) in [(&j1, "uid 61077"), (&j2, "gid 61099")] {
+        let reason = j["reason"].as_str().unwrap_or("");
+        assert!(
+            reason.contains("could not start") && reason.contains(&format!("{what} has no entry")),
+            "{j}"
+        );
+        assert!(j["exit_code"].is_null(), "no made-up exit code: {j}");
+    }
+    assert_eq!(b.read("/w/shared/ghost-ran"), "");
+    assert!(!b.sh("test -e /w/alice/odd-ran").status.success());
+    assert!(!b.unit_loaded(id1) && !b.unit_loaded(id2));
+    // A known user right after runs normally.
+    let id3 = b.submit(Some(&a), &w, &["--", "true"]);
+    b.wait_state(id3, "completed", 30);
+}
+
+#[test]
+fn cancel_ends_the_whole_tree_in_the_units_cgroup() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let id = b.submit(Some(&a), &w, &["--", "bash", "-c", TREE]);
+    b.wait_state(id, "running", 30);
+    assert!(
+        eventually(10, || pids(&b, &w).len() == 4),
+        "job did not start its tree"
+    );
+    let tree = pids(&b, &w);
+    assert_eq!(b.alive_of(&tree), tree, "whole tree alive before cancel");
+    // systemd has every process, the setsid'd one too, in the unit's cgroup.
+    let cgroup = b.unit_prop(id, "ControlGroup");
+    assert!(
+        cgroup.ends_with(&format!("/gpuq-job-{id}.service")),
+        "{cgroup}"
+    );
+    let procs = b.unit_cgroup_procs(&cgroup).expect("unit cgroup exists");
+    for p in &tree {
+        assert!(procs.contains(p), "pid {p} not in {cgroup}: {procs:?}");
+    }
+    let out = b.gpuq(Some(&a), &["cancel", &id.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // cancel returns once the processes are gone
+    assert_eq!(b.alive_of(&tree), Vec::<i32>::new(), "survived cancel");
+    let j = b.job(id);
+    assert_eq!(j["state"], "cancelled", "{j}");
+    assert!(j["reason"].as_str().unwrap().contains("uid 61001"), "{j}");
+    assert!(b.log_of(id).contains("cancelled by"));
+    // The unit's cgroup is empty or gone, and the unit is released.
+    assert!(
+        eventually(10, || b
+            .unit_cgroup_procs(&cgroup)
+            .is_none_or(|p| p.is_empty())),
+        "processes left in {cgroup}"
+    );
+    assert!(eventually(10, || !b.unit_loaded(id)), "unit not released");
+    // The queue goes on: the next job runs.
+    let next = b.submit(Some(&a), &w, &["--", "true"]);
+    b.wait_state(next, "completed", 30);
+}
+
+#[test]
+fn time_limit_ends_the_unit_and_its_tree_as_timeout() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let id = b.submit(Some(&a), &w, &["--time", "2s", "--", "bash", "-c", TREE]);
+    b.wait_state(id, "running", 30);
+    // systemd's own limit is only a backstop, well past the broker's.
+    let max: u64 = b.unit_prop(id, "RuntimeMaxUSec").parse().unwrap_or(0);
+    let max_text = b.unit_prop(id, "RuntimeMaxUSec");
+    assert!(
+        max_text == "5min 2s" || max == 302_000_000,
+        "RuntimeMaxUSec={max_text}"
+    );
+    let follow = b.gpuq(Some(&a), &["follow", &id.to_string()]);
+    assert_eq!(follow.status.code(), Some(124), "{}", stderr(&follow));
+    assert!(stdout(&follow).contains("reached its time limit 0:00:02"));
+    let j = b.job(id);
+    assert_eq!(j["state"], "timeout", "{j}");
+    let tree = pids(&b, &w);
+    assert_eq!(tree.len(), 4);
+    assert_eq!(
+        b.alive_of(&tree),
+        Vec::<i32>::new(),
+        "survived the time limit"
+    );
+    assert!(eventually(10, || !b.unit_loaded(id)), "unit not released");
+}
+
+#[test]
+fn broker_kill_9_and_restart_re_adopts_the_running_unit() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let id = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "echo start >> trace; while [ ! -e release ]; do sleep 0.1; done; echo end >> trace; exit 5",
+        ],
+    );
+    b.wait_state(id, "running", 30);
+    assert!(eventually(10, || b.read(&format!("{w}/trace")) == "start\n"));
+    let main = b.unit_prop(id, "MainPID");
+    b.kill9_broker();
+    // The job's unit is not the broker's: it keeps running without it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(b.unit_prop(id, "ActiveState"), "active");
+    assert_eq!(b.unit_prop(id, "SubState"), "running");
+    assert_eq!(b.unit_prop(id, "MainPID"), main);
+    b.start_broker();
+    assert!(
+        eventually(10, || b.log_of(id).contains("re-adopted")),
+        "{}",
+        b.log_of(id)
+    );
+    assert_eq!(b.job(id)["state"], "running");
+    b.sh_ok(&format!("touch {w}/release"));
+    let j = b.wait_state(id, "failed", 30);
+    assert_eq!(j["exit_code"], 5, "{j}");
+    assert_eq!(b.read(&format!("{w}/trace")), "start\nend\n", "ran once");
+    assert!(eventually(10, || !b.unit_loaded(id)), "unit not released");
+}
+
+#[test]
+fn a_unit_that_ends_while_the_broker_is_down_is_settled_from_systemds_record() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let id = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "while [ ! -e release ]; do sleep 0.1; done; exit 9",
+        ],
+    );
+    b.wait_state(id, "running", 30);
+    b.kill9_broker();
+    b.sh_ok(&format!("touch {w}/release"));
+    // systemd keeps the unit and its exit status while nobody watches.
+    assert!(
+        eventually(10, || b.unit_prop(id, "ActiveState") == "failed"),
+        "unit state {}",
+        b.unit_prop(id, "ActiveState")
+    );
+    assert_eq!(b.unit_prop(id, "ExecMainCode"), "1");
+    assert_eq!(b.unit_prop(id, "ExecMainStatus"), "9");
+    let busctl = b.sh_ok(&format!(
+        "busctl get-property org.freedesktop.systemd1 \
+         /org/freedesktop/systemd1/unit/gpuq_2djob_2d{id}_2eservice \
+         org.freedesktop.systemd1.Service ExecMainStatus"
+    ));
+    assert_eq!(busctl.trim(), "i 9");
+    b.start_broker();
+    let j = b.wait_state(id, "failed", 30);
+    assert_eq!(j["exit_code"], 9, "{j}");
+    assert!(eventually(10, || !b.unit_loaded(id)), "unit not released");
+    // Exit 0 while the broker is down: completed (the unit stays active/exited).
+    let ok = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "while [ ! -e release2 ]; do sleep 0.1; done",
+        ],
+    );
+    b.wait_state(ok, "running", 30);
+    b.kill9_broker();
+    b.sh_ok(&format!("touch {w}/release2"));
+    assert!(
+        eventually(10, || b.unit_prop(ok, "SubState") == "exited"),
+        "unit substate {}",
+        b.unit_prop(ok, "SubState")
+    );
+    b.start_broker();
+    let j = b.wait_state(ok, "completed", 30);
+    assert_eq!(j["exit_code"], 0, "{j}");
+    assert!(eventually(10, || !b.unit_loaded(ok)), "unit not released");
+}
