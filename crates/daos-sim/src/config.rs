@@ -378,18 +378,32 @@ impl AgentConfig {
     }
 }
 
-/// Resolves `host[:port]` with `default_port`.
+/// Resolves `host[:port]` with `default_port`. Names are looked up in
+/// `/etc/hosts` first: the static binary runs in a FROM-scratch image, where
+/// glibc's NSS modules cannot be loaded, and the test cluster names its hosts
+/// there. Then the system resolver.
 pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr, SimError> {
-    let with_port = if host.parse::<SocketAddr>().is_ok()
-        || host
-            .rsplit_once(':')
-            .is_some_and(|(h, p)| !h.contains(':') && p.parse::<u16>().is_ok())
-    {
-        host.to_string()
-    } else {
-        format!("{host}:{default_port}")
+    let (name, port) = match host.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => match p.parse::<u16>() {
+            Ok(p) => (h, p),
+            Err(_) => {
+                return Err(SimError::Resolve {
+                    host: host.to_string(),
+                    msg: format!("invalid port {p:?}"),
+                })
+            }
+        },
+        _ => (host, default_port),
     };
-    with_port
+    if let Ok(ip) = name.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    if let Ok(text) = std::fs::read_to_string("/etc/hosts") {
+        if let Some(ip) = lookup_hosts(&text, name) {
+            return Ok(SocketAddr::new(ip, port));
+        }
+    }
+    (name, port)
         .to_socket_addrs()
         .map_err(|e| SimError::Resolve {
             host: host.to_string(),
@@ -400,6 +414,18 @@ pub fn resolve(host: &str, default_port: u16) -> Result<SocketAddr, SimError> {
             host: host.to_string(),
             msg: "no IPv4 address".into(),
         })
+}
+
+/// The first IPv4 address for `name` in hosts-file text.
+fn lookup_hosts(text: &str, name: &str) -> Option<std::net::IpAddr> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            let ip: std::net::IpAddr = words.next()?.parse().ok()?;
+            (ip.is_ipv4() && words.any(|w| w.eq_ignore_ascii_case(name))).then_some(ip)
+        })
+        .next()
 }
 
 /// Parses the `env_vars` list (`K=V`) into a map.
@@ -496,5 +522,12 @@ engines:
     fn resolve_keeps_explicit_ports() {
         assert_eq!(resolve("127.0.0.1:4242", 1).unwrap().port(), 4242);
         assert_eq!(resolve("127.0.0.1", 10001).unwrap().port(), 10001);
+        assert!(resolve("127.0.0.1:x", 1).is_err());
+        let hosts = "127.0.0.1 localhost\n# c\n::1 da1\n10.200.0.2 da1 da1.local # x\n";
+        assert_eq!(
+            lookup_hosts(hosts, "da1"),
+            Some("10.200.0.2".parse().unwrap())
+        );
+        assert_eq!(lookup_hosts(hosts, "da2"), None);
     }
 }

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Builds the daos-sim test image — DAOS control-plane simulator for tests;
+# not DAOS — as a docker-archive tar, from scratch, without a registry and
+# without `podman build`: one layer with the static daos-sim binary, a static
+# busybox (Debian's busybox-static) and symlinks; config and manifest written
+# here. The image ID is the SHA-256 of the config blob; tar entries have fixed
+# owners and mtimes, so the same binary gives the same ID.
+#
+# usage: build.sh [--bin PATH] [--out DIR]
+#   --bin PATH  use this daos-sim binary instead of building the static one
+#               (a dynamically linked one gets its ldd libraries copied in)
+#   --out DIR   where daos-sim-image.tar and image-id go
+#               (default: $CARGO_TARGET_DIR or ./target, then /daos-sim-image)
+# Prints `archive: PATH` and `image: sha256:HEX` (also written to DIR/image-id).
+#
+# Load it: `podman load -i DIR/daos-sim-image.tar`, or the libpod API
+# `POST /libpod/images/load` with the tar as body; refer to it by the ID.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bin=""
+out=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --bin) bin=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+target_dir=${CARGO_TARGET_DIR:-$repo/target}
+if [ -z "$bin" ]; then
+    # The documented static build (glibc, static-pie).
+    (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
+        cargo build -p daos-sim --release --target x86_64-unknown-linux-gnu)
+    bin=$target_dir/x86_64-unknown-linux-gnu/release/daos-sim
+fi
+out=${out:-$target_dir/daos-sim-image}
+busybox=${BUSYBOX:-/bin/busybox}
+[ -x "$bin" ] || { echo "build.sh: no daos-sim binary at $bin" >&2; exit 1; }
+[ -x "$busybox" ] || { echo "build.sh: $busybox missing (apt-get install busybox-static)" >&2; exit 1; }
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -1)
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+root=$work/rootfs
+mkdir -p "$root"/{bin,etc/daos,tmp,root,var/run/daos_agent,var/lib,var/tmp,run,dev,proc,sys}
+chmod 1777 "$root/tmp" "$root/var/tmp"
+cp "$bin" "$root/bin/daos-sim"
+if command -v strip >/dev/null; then strip "$root/bin/daos-sim"; fi
+cp "$busybox" "$root/bin/busybox"
+for name in daos_server daos_agent dmg daos; do ln -s daos-sim "$root/bin/$name"; done
+for applet in sh ash cat cp df du echo env false find grep head hostname id ip kill \
+    ln ls mkdir mv nc netstat ps pwd readlink rm sed sleep stat tail tee test touch \
+    tr true uname wc which xargs; do
+    ln -s busybox "$root/bin/$applet"
+done
+# A dynamically linked binary (tests use the debug build): bring its libraries.
+if ldd "$bin" >/dev/null 2>&1; then
+    for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+        mkdir -p "$root$(dirname "$lib")"
+        cp -L "$lib" "$root$lib"
+    done
+fi
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+
+find "$root" -exec touch -h -d @0 {} +
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
+    -C "$root" -cf "$work/layer.tar" $(cd "$root" && ls -A)
+layer=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
+arch=amd64
+[ "$(uname -m)" = aarch64 ] && arch=arm64
+printf '%s' "{\"architecture\":\"$arch\",\"os\":\"linux\",\"created\":\"1970-01-01T00:00:00Z\",\
+\"config\":{\"Env\":[\"PATH=/bin\"],\"Cmd\":[\"dmg\",\"--help\"],\
+\"Labels\":{\"io.gpuq.image\":\"daos-sim\",\"io.gpuq.daos-sim.version\":\"$version\",\
+\"description\":\"DAOS control-plane simulator for tests; not DAOS\"}},\
+\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer\"]},\
+\"history\":[{\"created\":\"1970-01-01T00:00:00Z\",\"created_by\":\"integration/daos-sim-image/build.sh\"}]}" \
+    >"$work/config.json"
+config=$(sha256sum "$work/config.json" | cut -d' ' -f1)
+mkdir -p "$work/outer" "$out"
+mv "$work/layer.tar" "$work/outer/$layer.tar"
+mv "$work/config.json" "$work/outer/$config.json"
+printf '%s' "[{\"Config\":\"$config.json\",\"RepoTags\":[\"localhost/gpuq-daos-sim:$version\"],\"Layers\":[\"$layer.tar\"]}]" \
+    >"$work/outer/manifest.json"
+touch -d @0 "$work/outer"/*
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
+    -C "$work/outer" -cf "$out/daos-sim-image.tar.tmp" manifest.json "$config.json" "$layer.tar"
+mv "$out/daos-sim-image.tar.tmp" "$out/daos-sim-image.tar"
+echo "sha256:$config" >"$out/image-id"
+echo "archive: $out/daos-sim-image.tar"
+echo "image: sha256:$config"
