@@ -6,6 +6,7 @@
 //! routes are listed in [`routes`]. This crate performs no I/O.
 
 pub mod duration;
+pub mod node;
 pub mod time;
 
 use serde::{Deserialize, Serialize};

@@ -1,0 +1,271 @@
+//! `node.toml` as the node service reads it: the block-device crate's
+//! `[node]` and `[[devices]]` tables plus one `[profiles.NAME]` table per
+//! institution profile this node can serve.
+//!
+//! ```toml
+//! [profiles.inst1]
+//! image = "sha256:<64 hex>"       # full image ID; a tag is a configuration error
+//! daos_version = "2.6.4"          # selects the daos_server.yml dialect
+//! mode = "physical"               # or "test": file bdevs, no host /dev, own port
+//! port = 10001
+//! ```
+
+use gpuq_blockdev::config::{DeviceEntry, NodeConfig, NodeSection};
+use gpuq_daosconf::DaosVersion;
+use gpuq_podman::ImageId;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ProfileError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config {path}: key `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Real NVMe: privileged, host /dev, BLKDISCARD on wipe.
+    Physical,
+    /// File-backed bdevs under `test_dir/<lease>/`, no host /dev; wipe
+    /// removes only that directory.
+    Test,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    image: String,
+    daos_version: String,
+    mode: Mode,
+    port: u16,
+    #[serde(default = "default_provider")]
+    provider: String,
+    #[serde(default = "default_iface")]
+    fabric_iface: String,
+    #[serde(default = "default_fabric_port")]
+    fabric_iface_port: u16,
+    #[serde(default = "one")]
+    targets: u32,
+    #[serde(default = "one")]
+    scm_size_gib: u32,
+    #[serde(default = "one")]
+    bdev_size_gib: u32,
+    /// The server container's command; the image's DAOS server by default.
+    #[serde(default)]
+    command: Option<Vec<String>>,
+    /// Seconds between SIGTERM and SIGKILL when stopping the server.
+    #[serde(default = "default_grace")]
+    stop_grace_secs: u64,
+}
+
+fn default_provider() -> String {
+    "ofi+tcp".into()
+}
+fn default_iface() -> String {
+    "eth0".into()
+}
+fn default_fabric_port() -> u16 {
+    31416
+}
+fn one() -> u32 {
+    1
+}
+fn default_grace() -> u64 {
+    30
+}
+
+/// One validated profile.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub name: String,
+    pub image: ImageId,
+    pub daos_version: DaosVersion,
+    pub mode: Mode,
+    pub port: u16,
+    pub provider: String,
+    pub fabric_iface: String,
+    pub fabric_iface_port: u16,
+    pub targets: u32,
+    pub scm_size_gib: u32,
+    pub bdev_size_gib: u32,
+    pub command: Vec<String>,
+    pub stop_grace_secs: u64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    node: NodeSection,
+    #[serde(default)]
+    devices: Vec<DeviceEntry>,
+    #[serde(default)]
+    profiles: BTreeMap<String, RawProfile>,
+}
+
+/// The node service's whole configuration.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub source: PathBuf,
+    /// `[node]` and `[[devices]]`, as the block-device crate uses them.
+    pub node: NodeConfig,
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+impl ServiceConfig {
+    pub fn load(path: &Path) -> Result<Self, ProfileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ProfileError> {
+        let raw: RawFile = toml::from_str(text).map_err(|e| ProfileError::Parse {
+            path: path.to_path_buf(),
+            message: e
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        })?;
+        let invalid = |key: String, message: String| ProfileError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            message,
+        };
+        let mut profiles = BTreeMap::new();
+        for (name, p) in raw.profiles {
+            let key = |k: &str| format!("profiles.{name}.{k}");
+            if !gpuq_protocol::node::valid_lease(&name) {
+                return Err(invalid(
+                    format!("profiles.{name}"),
+                    "profile names use letters, digits, - and _".into(),
+                ));
+            }
+            let image =
+                ImageId::parse(&p.image).map_err(|e| invalid(key("image"), e.to_string()))?;
+            let daos_version = DaosVersion::parse(&p.daos_version)
+                .map_err(|e| invalid(key("daos_version"), e.to_string()))?;
+            if p.port == 0 {
+                return Err(invalid(key("port"), "expected a TCP port (1-65535)".into()));
+            }
+            let command = p.command.unwrap_or_else(|| {
+                ["daos_server", "start", "-o", "/etc/daos/daos_server.yml"]
+                    .map(String::from)
+                    .to_vec()
+            });
+            if command.is_empty() {
+                return Err(invalid(key("command"), "must not be empty".into()));
+            }
+            profiles.insert(
+                name.clone(),
+                Profile {
+                    name,
+                    image,
+                    daos_version,
+                    mode: p.mode,
+                    port: p.port,
+                    provider: p.provider,
+                    fabric_iface: p.fabric_iface,
+                    fabric_iface_port: p.fabric_iface_port,
+                    targets: p.targets,
+                    scm_size_gib: p.scm_size_gib,
+                    bdev_size_gib: p.bdev_size_gib,
+                    command,
+                    stop_grace_secs: p.stop_grace_secs,
+                },
+            );
+        }
+        // The [node]/[[devices]] part is validated by the block-device crate itself.
+        let node_text = toml::to_string(&NodeConfig {
+            node: raw.node,
+            devices: raw.devices,
+        })
+        .map_err(|e| invalid("node".into(), e.to_string()))?;
+        let node = NodeConfig::parse(path, &node_text).map_err(|e| ProfileError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        Ok(ServiceConfig {
+            source: path.to_path_buf(),
+            node,
+            profiles,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+[node]
+name = "da1"
+socket = "/run/gpuq/node.sock"
+podman_socket = "/run/podman/podman.sock"
+jobs_dir = "/var/lib/gpuqueue-daos/jobs"
+test_dir = "/var/lib/gpuqueue-daos-test"
+"#;
+
+    fn parse(extra: &str) -> Result<ServiceConfig, ProfileError> {
+        ServiceConfig::parse(
+            Path::new("/etc/gpuqueue-daos/node.toml"),
+            &format!("{BASE}{extra}"),
+        )
+    }
+
+    #[test]
+    fn a_profile_pins_an_image_by_id() {
+        let id = format!("sha256:{}", "ab".repeat(32));
+        let c = parse(&format!(
+            "[profiles.inst1]\nimage = \"{id}\"\ndaos_version = \"2.6.4-1.el8\"\nmode = \"test\"\nport = 10101\n"
+        ))
+        .unwrap();
+        let p = &c.profiles["inst1"];
+        assert_eq!(p.image.to_string(), id);
+        assert_eq!(p.mode, Mode::Test);
+        assert_eq!(p.command[0], "daos_server");
+        assert_eq!(c.node.node.name, "da1");
+    }
+
+    #[test]
+    fn a_tag_in_a_pin_is_a_configuration_error() {
+        let e = parse("[profiles.inst1]\nimage = \"localhost/gpuq-daos:2.8.1\"\ndaos_version = \"2.8.0\"\nmode = \"physical\"\nport = 10001\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("profiles.inst1.image") && e.contains("node.toml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_and_versions_are_refused() {
+        let id = format!("sha256:{}", "ab".repeat(32));
+        let e = parse(&format!("[profiles.x]\nimage = \"{id}\"\ndaos_version = \"2.8.0\"\nmode = \"test\"\nport = 1\nprot = 2\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("prot"), "{e}");
+        let e = parse(&format!(
+            "[profiles.x]\nimage = \"{id}\"\ndaos_version = \"2.4.0\"\nmode = \"test\"\nport = 1\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("profiles.x.daos_version"), "{e}");
+    }
+}

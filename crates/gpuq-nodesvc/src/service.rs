@@ -1,0 +1,705 @@
+//! One lease on one node: preflight, start, stop, wipe.
+//!
+//! Every step checks before it acts and confirms after it acted:
+//! - `preflight` only reads (processes, ports, containers, the lease
+//!   record, the image, and in physical mode the block-device checks);
+//! - `start` runs preflight again, writes the node-side lease record
+//!   (`<jobs_dir>/active-lease` and `lease.json`) **before** it creates
+//!   anything, creates a **new** metadata directory (an existing one is a
+//!   refusal: old DAOS metadata makes a server rejoin the old system),
+//!   renders `daos_server.yml` for the pinned image's DAOS version, inspects
+//!   the image by its full ID and creates + starts the server container;
+//! - `stop` stops our containers of that lease (grace period, then kill),
+//!   removes them and confirms that none, and no DAOS process of ours, is left;
+//! - `wipe` refuses while any container of the lease exists; test mode
+//!   removes only `<test_dir>/<lease>/`; physical mode runs the block-device
+//!   crate's checks + BLKDISCARD + verify + audit on every allowlisted
+//!   device and removes the metadata directory only if all of them passed;
+//!   then it releases the lease record.
+//!
+//! `stop` and `wipe` are idempotent: a repeat for a lease already cleaned
+//! succeeds and says so.
+
+use crate::audit;
+use crate::ports;
+use crate::procscan;
+use crate::profile::{Mode, Profile, ServiceConfig};
+use gpuq_daosconf::{Bdev, Engine, ServerConfig};
+use gpuq_podman::{
+    lease_labels, ContainerSpec, LabelFilter, Mount, MountKind, Namespace, Podman, Rlimit, Role,
+    LABEL_LEASE, LABEL_ROLE,
+};
+use gpuq_protocol::node::{
+    valid_lease, Finding, NodeLease, NodeStatus, OurContainer, PinStatus, PreflightReport,
+    PreflightRequest, StartReport, StartRequest, StepReport,
+};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum NodeError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("no profile '{0}' on this node")]
+    NoProfile(String),
+    /// Refused because the node is not in the state the step needs; nothing was changed.
+    #[error("{0}")]
+    Refused(String),
+    #[error("preflight refused lease {lease}: {}", .findings.iter().map(|f| format!("{}: {}", f.reason, f.detail)).collect::<Vec<_>>().join("; "))]
+    Preflight {
+        lease: String,
+        findings: Vec<Finding>,
+    },
+    #[error("podman: {0}")]
+    Podman(#[from] gpuq_podman::Error),
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Failed(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
+    let what = what.into();
+    move |source| NodeError::Io { what, source }
+}
+
+pub struct NodeService<P> {
+    cfg: ServiceConfig,
+    podman: P,
+}
+
+impl<P> std::fmt::Debug for NodeService<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeService")
+            .field("node", &self.cfg.node.node.name)
+            .finish()
+    }
+}
+
+fn server_name(lease: &str) -> String {
+    format!("gpuq-{lease}-server")
+}
+
+impl<P: Podman> NodeService<P> {
+    pub fn new(cfg: ServiceConfig, podman: P) -> Self {
+        NodeService { cfg, podman }
+    }
+
+    pub fn node_name(&self) -> &str {
+        &self.cfg.node.node.name
+    }
+
+    fn jobs_dir(&self) -> &Path {
+        &self.cfg.node.node.jobs_dir
+    }
+
+    /// `<jobs_dir>/<lease>/`: config, audit records. Kept after the wipe.
+    pub fn lease_dir(&self, lease: &str) -> PathBuf {
+        self.jobs_dir().join(lease)
+    }
+
+    /// The directory the lease's DAOS metadata (and test bdevs) live in;
+    /// removed by the wipe.
+    pub fn data_dir(&self, lease: &str, mode: Mode) -> PathBuf {
+        match mode {
+            Mode::Physical => self.lease_dir(lease).join("control_meta"),
+            Mode::Test => self.cfg.node.node.test_dir.join(lease),
+        }
+    }
+
+    fn record_path(&self) -> PathBuf {
+        self.jobs_dir().join("lease.json")
+    }
+
+    fn active_path(&self) -> PathBuf {
+        self.jobs_dir().join(gpuq_blockdev::wipe::ACTIVE_LEASE_FILE)
+    }
+
+    /// The node-side lease record. An unreadable record is an error: it
+    /// must never be mistaken for "no lease".
+    pub fn lease_record(&self) -> Result<Option<NodeLease>, NodeError> {
+        match std::fs::read(self.record_path()) {
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                NodeError::Failed(format!(
+                    "{} is unreadable: {e}",
+                    self.record_path().display()
+                ))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // active-lease without lease.json: a record half-written by an older helper.
+                match std::fs::read_to_string(self.active_path()) {
+                    Ok(l) => Ok(Some(NodeLease {
+                        lease: l.trim().to_string(),
+                        profile: String::new(),
+                        phase: "unknown".into(),
+                        metadata_dir: String::new(),
+                        container: None,
+                        since: 0,
+                    })),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(io(format!("read {}", self.active_path().display()))(e)),
+                }
+            }
+            Err(e) => Err(io(format!("read {}", self.record_path().display()))(e)),
+        }
+    }
+
+    fn write_record(&self, rec: &NodeLease) -> Result<(), NodeError> {
+        std::fs::create_dir_all(self.jobs_dir()).map_err(io("create jobs_dir"))?;
+        audit::atomic_write(&self.active_path(), rec.lease.as_bytes())
+            .map_err(io("write active-lease"))?;
+        let bytes = serde_json::to_vec_pretty(rec).unwrap_or_default();
+        audit::atomic_write(&self.record_path(), &bytes).map_err(io("write lease.json"))
+    }
+
+    fn release_record(&self) -> Result<(), NodeError> {
+        audit::remove(&self.record_path()).map_err(io("remove lease.json"))?;
+        audit::remove(&self.active_path()).map_err(io("remove active-lease"))
+    }
+
+    fn profile(&self, name: &str) -> Result<&Profile, NodeError> {
+        self.cfg
+            .profiles
+            .get(name)
+            .ok_or_else(|| NodeError::NoProfile(name.to_string()))
+    }
+
+    fn check_lease(lease: &str) -> Result<(), NodeError> {
+        if valid_lease(lease) {
+            Ok(())
+        } else {
+            Err(NodeError::BadRequest(format!(
+                "lease name '{lease}' is not valid: 1-64 letters, digits, - and _"
+            )))
+        }
+    }
+
+    async fn our_containers(&self, lease: Option<&str>) -> Result<Vec<OurContainer>, NodeError> {
+        let filter = match lease {
+            Some(l) => LabelFilter::lease(l),
+            None => LabelFilter::ours(),
+        };
+        Ok(self
+            .podman
+            .container_list(&filter)
+            .await?
+            .into_iter()
+            .map(|c| OurContainer {
+                name: c.names.first().cloned().unwrap_or_default(),
+                lease: c.labels.get(LABEL_LEASE).cloned().unwrap_or_default(),
+                role: c.labels.get(LABEL_ROLE).cloned().unwrap_or_default(),
+                state: c.state.clone(),
+                image: c.image_id.clone(),
+                id: c.id,
+            })
+            .collect())
+    }
+
+    pub async fn status(&self) -> Result<NodeStatus, NodeError> {
+        let images: Vec<String> = self
+            .podman
+            .image_list()
+            .await?
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        let pins = self
+            .cfg
+            .profiles
+            .values()
+            .map(|p| PinStatus {
+                profile: p.name.clone(),
+                image: p.image.to_string(),
+                present: images.iter().any(|i| {
+                    p.image
+                        .to_string()
+                        .ends_with(i.trim_start_matches("sha256:"))
+                }),
+            })
+            .collect();
+        Ok(NodeStatus {
+            node: self.node_name().to_string(),
+            helper_version: env!("CARGO_PKG_VERSION").to_string(),
+            podman_api_version: self.podman.version().to_string(),
+            lease: self.lease_record()?,
+            containers: self.our_containers(None).await?,
+            images,
+            pins,
+        })
+    }
+
+    /// Read-only: every reason this node cannot take `lease` now.
+    pub async fn preflight(&self, req: &PreflightRequest) -> Result<PreflightReport, NodeError> {
+        Self::check_lease(&req.lease)?;
+        let profile = self.profile(&req.profile)?;
+        let mut findings = Vec::new();
+        let mut find = |reason: &str, detail: String| {
+            findings.push(Finding {
+                reason: reason.to_string(),
+                detail,
+            })
+        };
+        // Containers labelled for another lease; ours for this lease are
+        // fine only if we are re-checking a lease we already started.
+        let containers = self.our_containers(None).await?;
+        let ours: Vec<String> = containers
+            .iter()
+            .filter(|c| c.lease == req.lease)
+            .map(|c| c.id.clone())
+            .collect();
+        for c in containers.iter().filter(|c| c.lease != req.lease) {
+            find(
+                "foreign_container",
+                format!(
+                    "container {} ({}) belongs to lease {}",
+                    c.name, c.state, c.lease
+                ),
+            );
+        }
+        match procscan::scan() {
+            Ok(procs) => {
+                for p in procs {
+                    if p.container.as_ref().is_some_and(|c| ours.contains(c)) {
+                        continue;
+                    }
+                    find(
+                        "foreign_engine",
+                        format!(
+                            "{} (pid {}) runs on this node{}; gpuq never stops a service it did not start",
+                            p.name,
+                            p.pid,
+                            p.container.map(|c| format!(" in container {}", &c[..12])).unwrap_or_default()
+                        ),
+                    );
+                }
+            }
+            Err(e) => find("check_failed", format!("cannot scan processes: {e}")),
+        }
+        match self.lease_record() {
+            Ok(Some(rec)) if rec.lease != req.lease => find(
+                "foreign_lease",
+                format!("this node holds lease {} (phase {})", rec.lease, rec.phase),
+            ),
+            Ok(_) => {}
+            Err(e) => find("check_failed", e.to_string()),
+        }
+        match ports::listening() {
+            Ok(l) if l.contains(&profile.port) && ours.is_empty() => find(
+                "port_in_use",
+                format!("control port {} is already listening", profile.port),
+            ),
+            Ok(_) => {}
+            Err(e) => find("check_failed", format!("cannot read listening ports: {e}")),
+        }
+        match self.podman.image_inspect(&profile.image).await {
+            Ok(_) => {}
+            Err(gpuq_podman::Error::NotFound { .. }) => find(
+                "image_missing",
+                format!(
+                    "pinned image {} is not in this node's storage",
+                    profile.image
+                ),
+            ),
+            Err(e) => find("check_failed", format!("image inspect: {e}")),
+        }
+        if profile.mode == Mode::Physical {
+            let report = gpuq_blockdev::wipe::run(
+                &self.cfg.node,
+                &gpuq_blockdev::wipe::Request {
+                    mode: gpuq_blockdev::wipe::Mode::Inspect,
+                    lease: Some(req.lease.clone()),
+                    expected_signatures: vec![],
+                },
+            );
+            match report {
+                Ok(r) => {
+                    for d in &r.devices {
+                        for refusal in &d.refusals {
+                            find(
+                                "device_refused",
+                                format!(
+                                    "{}: {}: {}",
+                                    d.entry.label(),
+                                    serde_json::to_value(refusal.reason)
+                                        .ok()
+                                        .and_then(|v| v.as_str().map(String::from))
+                                        .unwrap_or_default(),
+                                    refusal.detail
+                                ),
+                            );
+                        }
+                    }
+                }
+                Err(e) => find("check_failed", format!("block devices: {e}")),
+            }
+        }
+        Ok(PreflightReport {
+            node: self.node_name().to_string(),
+            lease: req.lease.clone(),
+            ok: findings.is_empty(),
+            findings,
+        })
+    }
+
+    pub async fn start(&self, lease: &str, req: &StartRequest) -> Result<StartReport, NodeError> {
+        Self::check_lease(lease)?;
+        let profile = self.profile(&req.profile)?.clone();
+        let pre = self
+            .preflight(&PreflightRequest {
+                lease: lease.to_string(),
+                profile: req.profile.clone(),
+            })
+            .await?;
+        if !pre.ok {
+            return Err(NodeError::Preflight {
+                lease: lease.to_string(),
+                findings: pre.findings,
+            });
+        }
+        if !self.our_containers(Some(lease)).await?.is_empty() {
+            return Err(NodeError::Refused(format!(
+                "lease {lease} already has containers on this node: stop it first"
+            )));
+        }
+        let lease_dir = self.lease_dir(lease);
+        let data_dir = self.data_dir(lease, profile.mode);
+        // Write before act: the node records the lease before anything exists.
+        let mut rec = NodeLease {
+            lease: lease.to_string(),
+            profile: profile.name.clone(),
+            phase: "starting".into(),
+            metadata_dir: data_dir.display().to_string(),
+            container: None,
+            since: audit::now(),
+        };
+        self.write_record(&rec)?;
+        std::fs::create_dir_all(&lease_dir)
+            .map_err(io(format!("create {}", lease_dir.display())))?;
+        if let Some(parent) = data_dir.parent() {
+            std::fs::create_dir_all(parent).map_err(io(format!("create {}", parent.display())))?;
+        }
+        // A new directory, or a refusal: never reuse old metadata.
+        std::fs::create_dir(&data_dir).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                NodeError::Refused(format!(
+                    "metadata directory {} already exists: a lease needs a new one (wipe the old lease first)",
+                    data_dir.display()
+                ))
+            } else {
+                io(format!("create {}", data_dir.display()))(e)
+            }
+        })?;
+        let control_meta = data_dir.join("control_meta");
+        let bdev = match profile.mode {
+            Mode::Physical => Bdev::Nvme {
+                pci: self
+                    .cfg
+                    .node
+                    .devices
+                    .iter()
+                    .filter_map(|d| d.pci.clone())
+                    .collect(),
+            },
+            Mode::Test => Bdev::File {
+                paths: vec![data_dir.join("bdev0").display().to_string()],
+                size_gib: profile.bdev_size_gib,
+            },
+        };
+        let yaml = ServerConfig {
+            version: profile.daos_version,
+            name: "daos_server".into(),
+            port: profile.port,
+            replicas: req.replicas.clone(),
+            provider: profile.provider.clone(),
+            control_metadata: control_meta.display().to_string(),
+            engines: vec![Engine {
+                targets: profile.targets,
+                fabric_iface: profile.fabric_iface.clone(),
+                fabric_iface_port: profile.fabric_iface_port,
+                scm_mount: "/mnt/daos".into(),
+                scm_size_gib: profile.scm_size_gib,
+                bdev,
+            }],
+            disable_hugepages: profile.mode == Mode::Test,
+            allow_thp: false,
+        }
+        .render()
+        .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+        let config_path = lease_dir.join("daos_server.yml");
+        audit::atomic_write(&config_path, yaml.as_bytes()).map_err(io("write daos_server.yml"))?;
+        let spec = self.server_spec(lease, &profile, &config_path, &data_dir);
+        let result = async {
+            let id = self.podman.container_create(&spec).await?;
+            self.podman.container_start(&id).await?;
+            Ok::<String, NodeError>(id)
+        }
+        .await;
+        let id = match result {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = audit::append(&lease_dir, "start", "failed", &e.to_string());
+                return Err(e);
+            }
+        };
+        rec.phase = "running".into();
+        rec.container = Some(id.clone());
+        self.write_record(&rec)?;
+        audit::append(
+            &lease_dir,
+            "start",
+            "ok",
+            &format!("container {id} from image {}", profile.image),
+        )
+        .map_err(io("audit"))?;
+        Ok(StartReport {
+            node: self.node_name().to_string(),
+            lease: lease.to_string(),
+            container: id,
+            metadata_dir: data_dir.display().to_string(),
+            config_path: config_path.display().to_string(),
+        })
+    }
+
+    fn server_spec(&self, lease: &str, p: &Profile, config: &Path, data: &Path) -> ContainerSpec {
+        let mut spec = ContainerSpec::new(server_name(lease), p.image.clone());
+        spec.labels = lease_labels(lease, Role::Server);
+        spec.command = p.command.clone();
+        spec.network = Namespace::Host;
+        spec.stop_timeout = Some(p.stop_grace_secs as u32);
+        let bind = |src: &Path, dst: &str, opts: &[&str]| Mount {
+            kind: MountKind::Bind,
+            source: src.display().to_string(),
+            destination: dst.to_string(),
+            options: opts.iter().map(|s| s.to_string()).collect(),
+        };
+        spec.mounts = vec![
+            bind(config, "/etc/daos/daos_server.yml", &["ro"]),
+            // Same path inside and out: the rendered config names host paths.
+            bind(data, &data.display().to_string(), &["rw"]),
+        ];
+        // Podman stops applying containers.conf's ulimits once a spec sets
+        // any rlimit, so both are explicit.
+        spec.rlimits = vec![
+            Rlimit {
+                kind: "nofile".into(),
+                soft: 4096,
+                hard: 4096,
+            },
+            Rlimit {
+                kind: "nproc".into(),
+                soft: 4096,
+                hard: 4096,
+            },
+        ];
+        if p.mode == Mode::Physical {
+            // daos.md "Server container": uio needs privileged; SPDK needs the
+            // host's /dev (new nodes appear on rebinding), hugepages and the
+            // host PID namespace (it deletes hugepage files of PIDs it cannot see).
+            spec.privileged = true;
+            spec.ipc = Namespace::Host;
+            spec.pid = Namespace::Host;
+            spec.cgroup = Namespace::Host;
+            spec.mounts
+                .push(bind(Path::new("/dev"), "/dev", &["rbind"]));
+            spec.mounts.push(bind(
+                Path::new("/dev/hugepages"),
+                "/dev/hugepages",
+                &["rbind"],
+            ));
+            spec.mounts
+                .push(bind(Path::new("/lib/modules"), "/lib/modules", &["ro"]));
+            spec.rlimits.push(Rlimit {
+                kind: "memlock".into(),
+                soft: u64::MAX,
+                hard: u64::MAX,
+            });
+        }
+        spec
+    }
+
+    /// Stop and remove our containers of `lease`; confirm none is left.
+    pub async fn stop(&self, lease: &str) -> Result<StepReport, NodeError> {
+        Self::check_lease(lease)?;
+        if let Some(rec) = self.lease_record()? {
+            if rec.lease != lease {
+                return Err(NodeError::Refused(format!(
+                    "this node holds lease {}, not {lease}; nothing was stopped",
+                    rec.lease
+                )));
+            }
+        }
+        let grace = self
+            .lease_record()?
+            .and_then(|r| self.cfg.profiles.get(&r.profile).map(|p| p.stop_grace_secs))
+            .unwrap_or(30);
+        let containers = self.our_containers(Some(lease)).await?;
+        if containers.is_empty() {
+            return Ok(StepReport {
+                node: self.node_name().to_string(),
+                lease: lease.to_string(),
+                already_done: true,
+                detail: "no container of this lease on this node".into(),
+            });
+        }
+        let lease_dir = self.lease_dir(lease);
+        let mut stopped = Vec::new();
+        for c in &containers {
+            self.podman
+                .container_stop(&c.id, Duration::from_secs(grace))
+                .await?;
+            self.podman.container_delete(&c.id, true).await?;
+            stopped.push(c.name.clone());
+        }
+        // Confirm: no container of the lease, no DAOS process of those containers.
+        let left = self.our_containers(Some(lease)).await?;
+        let ids: Vec<&String> = containers.iter().map(|c| &c.id).collect();
+        let procs: Vec<_> = procscan::scan()
+            .map_err(io("scan processes"))?
+            .into_iter()
+            .filter(|p| p.container.as_ref().is_some_and(|c| ids.contains(&c)))
+            .collect();
+        if !left.is_empty() || !procs.is_empty() {
+            let msg = format!(
+                "stop not confirmed: containers left {:?}, DAOS processes left {:?}",
+                left.iter().map(|c| &c.name).collect::<Vec<_>>(),
+                procs.iter().map(|p| p.pid).collect::<Vec<_>>()
+            );
+            let _ = audit::append(&lease_dir, "stop", "failed", &msg);
+            return Err(NodeError::Failed(msg));
+        }
+        if let Some(mut rec) = self.lease_record()? {
+            rec.phase = "stopped".into();
+            self.write_record(&rec)?;
+        }
+        let detail = format!("stopped and removed {}", stopped.join(", "));
+        audit::append(&lease_dir, "stop", "ok", &detail).map_err(io("audit"))?;
+        Ok(StepReport {
+            node: self.node_name().to_string(),
+            lease: lease.to_string(),
+            already_done: false,
+            detail,
+        })
+    }
+
+    /// Wipe what the lease left, then release the node's lease record.
+    pub async fn wipe(&self, lease: &str) -> Result<StepReport, NodeError> {
+        Self::check_lease(lease)?;
+        let rec = self.lease_record()?;
+        if let Some(r) = &rec {
+            if r.lease != lease {
+                return Err(NodeError::Refused(format!(
+                    "this node holds lease {}, not {lease}; nothing was wiped",
+                    r.lease
+                )));
+            }
+        }
+        let left = self.our_containers(Some(lease)).await?;
+        if !left.is_empty() {
+            return Err(NodeError::Refused(format!(
+                "lease {lease} still has containers ({}): stop must be confirmed before a wipe",
+                left.iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let mode = rec
+            .as_ref()
+            .and_then(|r| self.cfg.profiles.get(&r.profile))
+            .map(|p| p.mode);
+        let lease_dir = self.lease_dir(lease);
+        let test_dir = self.data_dir(lease, Mode::Test);
+        let meta_dir = self.data_dir(lease, Mode::Physical);
+        if rec.is_none() && !test_dir.exists() && !meta_dir.exists() {
+            return Ok(StepReport {
+                node: self.node_name().to_string(),
+                lease: lease.to_string(),
+                already_done: true,
+                detail: "nothing of this lease is left on this node".into(),
+            });
+        }
+        let detail = match mode {
+            Some(Mode::Physical) => {
+                let report = gpuq_blockdev::wipe::run(
+                    &self.cfg.node,
+                    &gpuq_blockdev::wipe::Request {
+                        mode: gpuq_blockdev::wipe::Mode::Wipe,
+                        lease: Some(lease.to_string()),
+                        expected_signatures: vec![],
+                    },
+                )
+                .map_err(|e| NodeError::Failed(e.to_string()))?;
+                if report.result != gpuq_blockdev::report::NodeResult::Ok {
+                    let msg = format!(
+                        "device wipe failed: {}",
+                        serde_json::to_string(&report).unwrap_or_default()
+                    );
+                    let _ = audit::append(&lease_dir, "wipe", "failed", &msg);
+                    return Err(NodeError::Failed(msg));
+                }
+                remove_dir_within(&meta_dir, &lease_dir)?;
+                format!(
+                    "discarded {} device(s); removed {}",
+                    report.devices.len(),
+                    meta_dir.display()
+                )
+            }
+            Some(Mode::Test) | None => {
+                // Test mode may delete only below test_dir, and only this lease's directory.
+                remove_dir_within(&test_dir, &self.cfg.node.node.test_dir)?;
+                format!("removed {}", test_dir.display())
+            }
+        };
+        audit::append(&lease_dir, "wipe", "ok", &detail).map_err(io("audit"))?;
+        self.release_record()?;
+        audit::append(&lease_dir, "release", "ok", "node lease record removed")
+            .map_err(io("audit"))?;
+        Ok(StepReport {
+            node: self.node_name().to_string(),
+            lease: lease.to_string(),
+            already_done: false,
+            detail,
+        })
+    }
+
+    /// The server container's logs (stdout and stderr, in order).
+    pub async fn logs(&self, lease: &str) -> Result<String, NodeError> {
+        Self::check_lease(lease)?;
+        let logs = self
+            .podman
+            .container_logs(&server_name(lease), &gpuq_podman::LogOptions::default())
+            .await?;
+        // Frames in the order Podman sent them: stdout and stderr interleaved.
+        let bytes: Vec<u8> = logs
+            .chunks
+            .iter()
+            .flat_map(|c| c.data.iter().copied())
+            .collect();
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// Remove `dir` recursively, but only if it is a real directory (not a
+/// symlink) directly inside `parent`. A missing `dir` is fine.
+fn remove_dir_within(dir: &Path, parent: &Path) -> Result<(), NodeError> {
+    if dir.parent() != Some(parent) {
+        return Err(NodeError::Refused(format!(
+            "refusing to remove {}: not directly inside {}",
+            dir.display(),
+            parent.display()
+        )));
+    }
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io(format!("stat {}", dir.display()))(e)),
+        Ok(m) if !m.file_type().is_dir() => Err(NodeError::Refused(format!(
+            "refusing to remove {}: not a directory",
+            dir.display()
+        ))),
+        Ok(_) => std::fs::remove_dir_all(dir).map_err(io(format!("remove {}", dir.display()))),
+    }
+}

@@ -1,0 +1,387 @@
+//! The node service against a real Podman API service (its own storage, its
+//! own socket) with a locally assembled image: start by ID, refusals,
+//! stop + wipe of exactly our things, idempotent repeats, restart mid-lease.
+
+use gpuq_nodesvc::profile::ServiceConfig;
+use gpuq_nodesvc::service::{NodeError, NodeService};
+use gpuq_podman::testing::{service_or_skip, PodmanService, TestImage};
+use gpuq_podman::{lease_labels, ContainerSpec, LibpodClient, Namespace, Podman, Role};
+use gpuq_protocol::node::{PreflightRequest, StartRequest};
+use std::path::Path;
+
+/// Preflight looks at every process and port of the node's network
+/// namespace — on this machine that would include other tests' (and other
+/// test binaries') DAOS processes. So each test runs as its own node: the
+/// test re-executes itself, alone, in a new network namespace (loopback
+/// only), exactly as the test cluster runs one node per namespace.
+/// Returns true in that child; in the parent it checks the child passed.
+fn as_own_node(test: &str) -> bool {
+    if std::env::var_os("GPUQ_NODE_TEST_CHILD").is_some() {
+        return true;
+    }
+    if !nix_is_root() {
+        eprintln!("SKIPPED: {test} needs root (network namespace, rootful Podman)");
+        return false;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("GPUQ_NODE_TEST_CHILD", "1")
+        .output()
+        .expect("run unshare (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{test} in its own network namespace failed:\n{text}"
+    );
+    assert!(text.contains("1 passed"), "{test} did not run:\n{text}");
+    eprintln!(
+        "{}",
+        text.lines()
+            .filter(|l| l.contains("SKIP"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    false
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+struct Node {
+    _tmp: tempfile::TempDir,
+    root: std::path::PathBuf,
+    cfg_text: String,
+    svc: NodeService<LibpodClient>,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn node(podman: &PodmanService, image: &str) -> Node {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let cfg_text = format!(
+        r#"
+[node]
+name = "da1"
+socket = "{root}/node.sock"
+podman_socket = "{sock}"
+jobs_dir = "{root}/jobs"
+test_dir = "{root}/test"
+
+[profiles.test]
+image = "{image}"
+daos_version = "2.8.0"
+mode = "test"
+port = {port}
+fabric_iface = "lo"
+command = ["sh", "-c", "trap 'exit 0' TERM; echo server up; while :; do sleep 1; done"]
+stop_grace_secs = 5
+"#,
+        root = root.display(),
+        sock = podman.socket.display(),
+        port = free_port(),
+    );
+    let cfg = ServiceConfig::parse(&root.join("node.toml"), &cfg_text).unwrap();
+    let svc = NodeService::new(cfg, podman.client().await);
+    Node {
+        _tmp: tmp,
+        root,
+        cfg_text,
+        svc,
+    }
+}
+
+fn start_req() -> StartRequest {
+    StartRequest {
+        profile: "test".into(),
+        replicas: vec!["da1".into()],
+    }
+}
+
+fn pre(lease: &str) -> PreflightRequest {
+    PreflightRequest {
+        lease: lease.into(),
+        profile: "test".into(),
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_by_id_then_stop_and_wipe_only_what_is_ours() {
+    if !as_own_node("start_by_id_then_stop_and_wipe_only_what_is_ours") {
+        return;
+    }
+    let Some(podman) = service_or_skip("start_by_id") else {
+        return;
+    };
+    let client = podman.client().await;
+    let image = TestImage::build("server", Some("localhost/gpuq-test:latest"));
+    podman.load_image(&client, &image).await;
+    let n = node(&podman, &image.id.to_string()).await;
+
+    // Something that is not ours: a container of another role/label-less, and a file beside the test dir.
+    let mut other = ContainerSpec::new("not-gpuq", image.id.clone());
+    other.command = vec!["sleep".into(), "300".into()];
+    other.network = Namespace::Host;
+    let other_id = client.container_create(&other).await.unwrap();
+    client.container_start(&other_id).await.unwrap();
+    std::fs::create_dir_all(n.root.join("test")).unwrap();
+    std::fs::write(n.root.join("test/keep-me"), "x").unwrap();
+
+    let report = n.svc.preflight(&pre("L1")).await.unwrap();
+    assert!(report.ok, "{report:?}");
+    let started = n.svc.start("L1", &start_req()).await.unwrap();
+    let info = client.container_inspect(&started.container).await.unwrap();
+    assert_eq!(info.image_id, image.id.hex(), "created by the pinned ID");
+    assert_eq!(
+        info.labels.get("io.gpuq.lease").map(String::as_str),
+        Some("L1")
+    );
+    assert!(Path::new(&started.metadata_dir).is_dir());
+    assert_eq!(
+        started.metadata_dir,
+        n.root.join("test/L1").display().to_string()
+    );
+    let yml = read(Path::new(&started.config_path));
+    assert!(
+        yml.contains("mgmt_svc_replicas: ['da1']") && yml.contains("class: file"),
+        "{yml}"
+    );
+    assert_eq!(read(&n.root.join("jobs/active-lease")), "L1");
+
+    // Wipe before stop is refused and touches nothing.
+    let e = n.svc.wipe("L1").await.unwrap_err();
+    assert!(matches!(e, NodeError::Refused(_)), "{e}");
+    assert!(Path::new(&started.metadata_dir).is_dir());
+
+    let stop = n.svc.stop("L1").await.unwrap();
+    assert!(!stop.already_done);
+    assert!(
+        client.container_inspect(&started.container).await.is_err(),
+        "server removed"
+    );
+    let again = n.svc.stop("L1").await.unwrap();
+    assert!(again.already_done, "stop is idempotent");
+
+    let wipe = n.svc.wipe("L1").await.unwrap();
+    assert!(!wipe.already_done);
+    assert!(
+        !n.root.join("test/L1").exists(),
+        "the lease's test dir is gone"
+    );
+    assert_eq!(
+        read(&n.root.join("test/keep-me")),
+        "x",
+        "a file beside it survives"
+    );
+    assert!(!n.root.join("jobs/active-lease").exists() && !n.root.join("jobs/lease.json").exists());
+    let again = n.svc.wipe("L1").await.unwrap();
+    assert!(again.already_done, "wipe is idempotent");
+
+    // The other container was never touched.
+    let o = client.container_inspect(&other_id).await.unwrap();
+    assert_eq!(o.state.status, "running");
+    client.container_delete(&other_id, true).await.unwrap();
+
+    let audit = read(&n.root.join("jobs/L1/audit.jsonl"));
+    let steps: Vec<String> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| {
+            format!(
+                "{}:{}",
+                v["step"].as_str().unwrap(),
+                v["result"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        ["start:ok", "stop:ok", "wipe:ok", "release:ok"],
+        "{audit}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_pinned_image_is_refused_before_anything_is_created() {
+    if !as_own_node("a_missing_pinned_image_is_refused_before_anything_is_created") {
+        return;
+    }
+    let Some(podman) = service_or_skip("missing_image") else {
+        return;
+    };
+    let absent = TestImage::build("never-loaded", None);
+    let n = node(&podman, &absent.id.to_string()).await;
+    let report = n.svc.preflight(&pre("L2")).await.unwrap();
+    assert!(!report.ok);
+    assert!(
+        report.findings.iter().any(|f| f.reason == "image_missing"),
+        "{report:?}"
+    );
+    let e = n.svc.start("L2", &start_req()).await.unwrap_err();
+    assert!(e.to_string().contains("image_missing"), "{e}");
+    assert!(
+        !n.root.join("jobs").exists() && !n.root.join("test").exists(),
+        "nothing was created"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retagging_another_image_does_not_change_what_runs() {
+    if !as_own_node("retagging_another_image_does_not_change_what_runs") {
+        return;
+    }
+    let Some(podman) = service_or_skip("retag") else {
+        return;
+    };
+    let client = podman.client().await;
+    let pinned = TestImage::build("pinned", Some("localhost/gpuq-daos:site"));
+    let newer = TestImage::build("newer", Some("localhost/gpuq-daos:site"));
+    podman.load_image(&client, &pinned).await;
+    podman.load_image(&client, &newer).await; // takes the tag away from `pinned`
+    let n = node(&podman, &pinned.id.to_string()).await;
+    let started = n.svc.start("L3", &start_req()).await.unwrap();
+    let info = client.container_inspect(&started.container).await.unwrap();
+    assert_eq!(info.image_id, pinned.id.hex());
+    n.svc.stop("L3").await.unwrap();
+    n.svc.wipe("L3").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preflight_names_every_foreign_thing_and_stops_nothing() {
+    if !as_own_node("preflight_names_every_foreign_thing_and_stops_nothing") {
+        return;
+    }
+    let Some(podman) = service_or_skip("preflight_foreign") else {
+        return;
+    };
+    let client = podman.client().await;
+    let image = TestImage::build("server", None);
+    podman.load_image(&client, &image).await;
+    let n = node(&podman, &image.id.to_string()).await;
+
+    // A container labelled for another lease.
+    let mut foreign = ContainerSpec::new("gpuq-OTHER-server", image.id.clone());
+    foreign.labels = lease_labels("OTHER", Role::Server);
+    foreign.command = vec!["sleep".into(), "300".into()];
+    foreign.network = Namespace::Host;
+    let fid = client.container_create(&foreign).await.unwrap();
+    client.container_start(&fid).await.unwrap();
+    // A DAOS server that is not ours, in this network namespace.
+    let bin = n.root.join("daos_server");
+    std::fs::copy("/bin/sleep", &bin).unwrap();
+    let mut engine = std::process::Command::new(&bin).arg("300").spawn().unwrap();
+    // Another lease's node record, and the control port taken.
+    std::fs::create_dir_all(n.root.join("jobs")).unwrap();
+    std::fs::write(n.root.join("jobs/active-lease"), "OTHER").unwrap();
+    let cfg = ServiceConfig::parse(&n.root.join("node.toml"), &n.cfg_text).unwrap();
+    let port = cfg.profiles["test"].port;
+    let _listener = std::net::TcpListener::bind(("0.0.0.0", port)).unwrap();
+
+    let report = n.svc.preflight(&pre("L4")).await.unwrap();
+    let reasons: Vec<&str> = report.findings.iter().map(|f| f.reason.as_str()).collect();
+    for r in [
+        "foreign_container",
+        "foreign_engine",
+        "foreign_lease",
+        "port_in_use",
+    ] {
+        assert!(reasons.contains(&r), "{r} missing: {report:?}");
+    }
+    let engine_finding = report
+        .findings
+        .iter()
+        .find(|f| f.reason == "foreign_engine")
+        .unwrap();
+    assert!(
+        engine_finding.detail.contains(&engine.id().to_string()),
+        "{engine_finding:?}"
+    );
+    let e = n.svc.start("L4", &start_req()).await.unwrap_err();
+    assert!(matches!(e, NodeError::Preflight { .. }), "{e}");
+    // Nothing was stopped, nothing was created.
+    assert!(
+        engine.try_wait().unwrap().is_none(),
+        "the foreign daos_server still runs"
+    );
+    assert_eq!(
+        client.container_inspect(&fid).await.unwrap().state.status,
+        "running"
+    );
+    assert!(!n.root.join("test/L4").exists());
+    assert_eq!(read(&n.root.join("jobs/active-lease")), "OTHER");
+    engine.kill().unwrap();
+    engine.wait().unwrap();
+    client.container_delete(&fid, true).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_helper_reports_the_lease_and_can_clean_it() {
+    if !as_own_node("a_restarted_helper_reports_the_lease_and_can_clean_it") {
+        return;
+    }
+    let Some(podman) = service_or_skip("restart") else {
+        return;
+    };
+    let client = podman.client().await;
+    let image = TestImage::build("server", None);
+    podman.load_image(&client, &image).await;
+    let n = node(&podman, &image.id.to_string()).await;
+    let started = n.svc.start("L5", &start_req()).await.unwrap();
+    // "Restart": a new service from the same configuration file.
+    let cfg = ServiceConfig::parse(&n.root.join("node.toml"), &n.cfg_text).unwrap();
+    let fresh = NodeService::new(cfg, podman.client().await);
+    let status = fresh.status().await.unwrap();
+    let lease = status.lease.expect("the lease survives a helper restart");
+    assert_eq!(
+        (lease.lease.as_str(), lease.phase.as_str()),
+        ("L5", "running")
+    );
+    assert!(status
+        .containers
+        .iter()
+        .any(|c| c.id == started.container && c.role == "server"));
+    assert!(status.pins.iter().all(|p| p.present), "{:?}", status.pins);
+    // Another lease is refused while L5 is held.
+    let e = fresh.stop("L6").await.unwrap_err();
+    assert!(e.to_string().contains("holds lease L5"), "{e}");
+    fresh.stop("L5").await.unwrap();
+    fresh.wipe("L5").await.unwrap();
+    // Starting the same lease again would need a new metadata dir: it is gone now, so a
+    // restart reuses nothing; but an existing dir is refused.
+    std::fs::create_dir_all(n.root.join("test/L7")).unwrap();
+    let e = fresh.start("L7", &start_req()).await.unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
+    assert!(client
+        .container_list(&gpuq_podman::LabelFilter::lease("L7"))
+        .await
+        .unwrap()
+        .is_empty());
+}
