@@ -613,7 +613,10 @@ fn resolve(cfg: &NodeConfig, entry: &DeviceEntry, disks: &[Disk]) -> Result<Disk
     };
     let hits: Vec<&Disk> = disks
         .iter()
-        .filter(|d| d.nvme_controller.is_some() && d.serial.as_deref() == Some(serial.as_str()))
+        // Any disk with that serial, NVMe or not: a non-NVMe match is then
+        // refused by the identity check with every other check still
+        // reported (an HDD shows both identity_mismatch and rotational).
+        .filter(|d| d.serial.as_deref() == Some(serial.as_str()))
         .filter(|d| entry.nsid.is_none() || d.nsid == entry.nsid)
         .collect();
     match hits.as_slice() {
