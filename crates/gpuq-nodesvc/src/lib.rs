@@ -14,4 +14,5 @@ pub mod audit;
 pub mod ports;
 pub mod procscan;
 pub mod profile;
+pub mod server;
 pub mod service;

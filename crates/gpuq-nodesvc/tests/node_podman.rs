@@ -385,3 +385,136 @@ async fn a_restarted_helper_reports_the_lease_and_can_clean_it() {
         .unwrap()
         .is_empty());
 }
+
+/// `curl --unix-socket` as an operator would, optionally as another user.
+fn curl(
+    sock: &Path,
+    as_uid: Option<u32>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
+    let mut cmd = match as_uid {
+        Some(uid) => {
+            let mut c = std::process::Command::new("setpriv");
+            c.args([
+                format!("--reuid={uid}"),
+                format!("--regid={uid}"),
+                "--clear-groups".into(),
+                "curl".into(),
+            ]);
+            c
+        }
+        None => std::process::Command::new("curl"),
+    };
+    cmd.args(["-s", "-o", "-", "-w", "\n%{http_code}", "--unix-socket"])
+        .arg(sock)
+        .args(["-X", method]);
+    if let Some(b) = body {
+        cmd.args(["-H", "content-type: application/json", "--data-binary", b]);
+    }
+    cmd.arg(format!("http://node{path}"));
+    let out = cmd.output().expect("run curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_api_runs_a_lease_and_refuses_bad_input() {
+    if !as_own_node("http_api_runs_a_lease_and_refuses_bad_input") {
+        return;
+    }
+    let Some(podman) = service_or_skip("http_api") else {
+        return;
+    };
+    let client = podman.client().await;
+    let image = TestImage::build("server", None);
+    podman.load_image(&client, &image).await;
+    let n = node(&podman, &image.id.to_string()).await;
+    let sock = n.root.join("node.sock");
+    let listener = gpuq_nodesvc::server::bind(&sock).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    tokio::spawn(gpuq_nodesvc::server::serve(listener, n.svc));
+    let s = sock.clone();
+    let call = move |m: &'static str, p: &'static str, b: Option<&'static str>| {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || curl(&s, None, m, p, b))
+    };
+
+    let (code, body) = call("GET", "/v1/status", None).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"node\":\"da1\""), "{body}");
+    let (code, body) = call("POST", "/v1/preflight", Some("{\"lease\":"))
+        .await
+        .unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("malformed request body"), "{body}");
+    let (code, body) = call(
+        "POST",
+        "/v1/leases/../start",
+        Some(r#"{"profile":"test","replicas":["da1"]}"#),
+    )
+    .await
+    .unwrap();
+    assert!(code == 400 || code == 404, "{code} {body}");
+    let big: &'static str =
+        Box::leak(format!("{{\"lease\":\"{}\"}}", "x".repeat(100_000)).into_boxed_str());
+    let (code, _) = call("POST", "/v1/preflight", Some(big)).await.unwrap();
+    assert_eq!(code, 413);
+    let (code, body) = call(
+        "POST",
+        "/v1/leases/L8/start",
+        Some(r#"{"profile":"nope","replicas":["da1"]}"#),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 404, "{body}");
+    assert!(
+        !n.root.join("jobs/active-lease").exists(),
+        "a refused start changes nothing"
+    );
+
+    let (code, body) = call(
+        "POST",
+        "/v1/leases/L8/start",
+        Some(r#"{"profile":"test","replicas":["da1"]}"#),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = call("GET", "/v1/leases/L8/logs", None).await.unwrap();
+    assert_eq!(code, 200);
+    // the server's own output arrives (it may take a moment to start)
+    let mut logs = body;
+    for _ in 0..50 {
+        if logs.contains("server up") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        logs = call("GET", "/v1/leases/L8/logs", None).await.unwrap().1;
+    }
+    assert!(logs.contains("server up"), "{logs}");
+    let (code, body) = call("POST", "/v1/leases/L8/wipe", None).await.unwrap();
+    assert_eq!(code, 409, "wipe before stop: {body}");
+    let (code, _) = call("POST", "/v1/leases/L8/stop", None).await.unwrap();
+    assert_eq!(code, 200);
+    let (code, body) = call("POST", "/v1/leases/L8/wipe", None).await.unwrap();
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = call("POST", "/v1/leases/L8/wipe", None).await.unwrap();
+    assert_eq!(code, 200);
+    assert!(body.contains("\"already_done\":true"), "{body}");
+
+    // A non-root peer is refused even when the socket mode would let it in.
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let s2 = sock.clone();
+    let (code, body) =
+        tokio::task::spawn_blocking(move || curl(&s2, Some(65534), "GET", "/v1/status", None))
+            .await
+            .unwrap();
+    assert_eq!(code, 403, "{body}");
+}

@@ -1,0 +1,221 @@
+//! The node helper's HTTP/1.1 + JSON API on a root-only unix socket.
+//!
+//! The broker reaches it through an SSH unix-socket forward, so the peer the
+//! kernel reports is the node's sshd (root); a non-root peer is refused even
+//! if the socket's mode (0600) were ever loosened. State-changing requests
+//! are serialised: one lease step at a time on a node.
+
+use crate::service::{NodeError, NodeService};
+use bytes::Bytes;
+use gpuq_podman::Podman;
+use gpuq_protocol::node::{PreflightRequest, StartRequest};
+use gpuq_protocol::{ErrorBody, ErrorCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::UnixListener;
+use tokio::sync::Mutex;
+
+/// Requests are small (a lease name, a profile, replica names).
+pub const MAX_BODY: usize = 64 * 1024;
+
+enum ApiError {
+    Node(NodeError),
+    Forbidden(String),
+    BadRequest(String),
+    TooLarge,
+    NoRoute(String),
+}
+
+impl From<NodeError> for ApiError {
+    fn from(e: NodeError) -> Self {
+        ApiError::Node(e)
+    }
+}
+
+fn status_of(e: &ApiError) -> (StatusCode, ErrorCode) {
+    match e {
+        ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
+        ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+        ApiError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
+        ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+        ApiError::Node(n) => match n {
+            NodeError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
+            NodeError::NoProfile(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            NodeError::Refused(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            NodeError::Preflight { .. } => (StatusCode::CONFLICT, ErrorCode::Conflict),
+            NodeError::Podman(_) => (StatusCode::BAD_GATEWAY, ErrorCode::Internal),
+            NodeError::Io { .. } => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
+            NodeError::Failed(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
+        },
+    }
+}
+
+fn message(e: &ApiError) -> String {
+    match e {
+        ApiError::Node(n) => n.to_string(),
+        ApiError::Forbidden(m) | ApiError::BadRequest(m) | ApiError::NoRoute(m) => m.clone(),
+        ApiError::TooLarge => format!("request body larger than {MAX_BODY} bytes"),
+    }
+}
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(serde_json::to_vec(v).unwrap_or_default())).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+struct Shared<P> {
+    service: NodeService<P>,
+    one_step: Mutex<()>,
+}
+
+/// Serve `service` on an already bound listener until the process ends.
+pub async fn serve<P: Podman + 'static>(listener: UnixListener, service: NodeService<P>) {
+    let shared = Arc::new(Shared {
+        service,
+        one_step: Mutex::new(()),
+    });
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let uid = stream.peer_cred().map(|c| c.uid()).ok();
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let svc = hyper::service::service_fn(move |req| {
+                let shared = Arc::clone(&shared);
+                async move {
+                    let resp = match route(&shared, uid, req).await {
+                        Ok(r) => r,
+                        Err(e) => {
+                            let (status, code) = status_of(&e);
+                            let mut body = serde_json::to_value(ErrorBody {
+                                code,
+                                error: message(&e).replace('\n', "; "),
+                            })
+                            .unwrap_or_default();
+                            if let ApiError::Node(NodeError::Preflight { findings, .. }) = &e {
+                                body["findings"] =
+                                    serde_json::to_value(findings).unwrap_or_default();
+                            }
+                            json(status, &body)
+                        }
+                    };
+                    Ok::<_, Infallible>(resp)
+                }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .serve_connection(TokioIo::new(stream), svc);
+            if let Err(e) = conn.await {
+                tracing::debug!("connection: {e}");
+            }
+        });
+    }
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
+    let bytes = Limited::new(req.into_body(), MAX_BODY)
+        .collect()
+        .await
+        .map_err(|_| ApiError::TooLarge)?
+        .to_bytes();
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
+}
+
+async fn route<P: Podman>(
+    shared: &Shared<P>,
+    uid: Option<u32>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    if uid != Some(0) {
+        return Err(ApiError::Forbidden(
+            "the node helper serves root only (the broker reaches it over SSH as root)".into(),
+        ));
+    }
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let seg: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+    let svc = &shared.service;
+    match (method, seg.as_slice()) {
+        (Method::GET, ["v1", "status"]) => Ok(json(StatusCode::OK, &svc.status().await?)),
+        (Method::POST, ["v1", "preflight"]) => {
+            let body: PreflightRequest = read_json(req).await?;
+            Ok(json(StatusCode::OK, &svc.preflight(&body).await?))
+        }
+        (Method::POST, ["v1", "leases", lease, "start"]) => {
+            let lease = lease.to_string();
+            let body: StartRequest = read_json(req).await?;
+            let _one = shared.one_step.lock().await;
+            Ok(json(StatusCode::OK, &svc.start(&lease, &body).await?))
+        }
+        (Method::POST, ["v1", "leases", lease, "stop"]) => {
+            let _one = shared.one_step.lock().await;
+            Ok(json(StatusCode::OK, &svc.stop(lease).await?))
+        }
+        (Method::POST, ["v1", "leases", lease, "wipe"]) => {
+            let _one = shared.one_step.lock().await;
+            Ok(json(StatusCode::OK, &svc.wipe(lease).await?))
+        }
+        (Method::GET, ["v1", "leases", lease, "logs"]) => {
+            let text = svc.logs(lease).await?;
+            Ok(Response::builder()
+                .status(StatusCode::OK)
+                .header("content-type", "text/plain; charset=utf-8")
+                .body(Full::new(Bytes::from(text)).boxed())
+                .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed())))
+        }
+        (m, _) => Err(ApiError::NoRoute(format!("no such endpoint: {m} {path}"))),
+    }
+}
+
+/// Bind the root-only socket (mode 0600), replacing a stale socket file.
+pub fn bind(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        if !m.file_type().is_socket() {
+            return Err(std::io::Error::other(format!(
+                "{} exists and is not a socket; refusing to replace it",
+                path.display()
+            )));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::other(format!(
+                "{} is in use: another gpuq-node is serving it",
+                path.display()
+            )));
+        }
+        std::fs::remove_file(path)?;
+    }
+    // Created 0600 from the start: no window in which others could connect.
+    let old = nix_umask(0o177);
+    let l = UnixListener::bind(path);
+    nix_umask(old);
+    let l = l?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
+}
+
+fn nix_umask(mask: u32) -> u32 {
+    // umask(2) is always successful and takes no pointers; nix wraps it safely.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(mask)).bits()
+}
