@@ -176,7 +176,7 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
 }
 
 #[test]
-fn a_uid_or_group_unknown_to_the_user_database_is_refused_with_a_reason() {
+fn jobs_systemd_cannot_start_fail_with_a_reason_not_an_exit_code() {
     require_systemd_box!();
     let b = SystemdBox::boot();
     let a = alice();
@@ -204,6 +204,43 @@ fn a_uid_or_group_unknown_to_the_user_database_is_refused_with_a_reason() {
     assert_eq!(b.read("/w/shared/ghost-ran"), "");
     assert!(!b.sh("test -e /w/alice/odd-ran").status.success());
     assert!(!b.unit_loaded(id1) && !b.unit_loaded(id2));
+    // A working directory that is gone when the job starts: systemd fails
+    // the start job (step CHDIR) and the broker says so.
+    b.sh_ok(&format!("mkdir {w}/sub && chown 61001:61001 {w}/sub"));
+    let blocker = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "while [ ! -e release ]; do sleep 0.1; done",
+        ],
+    );
+    let gone = b.submit(
+        Some(&a),
+        &format!("{w}/sub"),
+        &["--", "touch", "../gone-ran"],
+    );
+    b.wait_state(blocker, "running", 30);
+    b.sh_ok(&format!("rmdir {w}/sub && touch {w}/release"));
+    b.wait_state(blocker, "completed", 30);
+    let j = b.wait_state(gone, "failed", 30);
+    let reason = j["reason"].as_str().unwrap_or("");
+    assert!(
+        reason.contains("could not start")
+            && reason.contains(&format!("gpuq-job-{gone}.service"))
+            && reason.contains(&format!("step CHDIR: cannot enter {w}/sub")),
+        "{j}"
+    );
+    assert!(j["exit_code"].is_null(), "no made-up exit code: {j}");
+    assert!(!b.sh(&format!("test -e {w}/gone-ran")).status.success());
+    assert!(
+        b.log_of(gone).contains("could not start"),
+        "{}",
+        b.log_of(gone)
+    );
+    assert!(eventually(10, || !b.unit_loaded(gone)), "unit not released");
     // A known user right after runs normally.
     let id3 = b.submit(Some(&a), &w, &["--", "true"]);
     b.wait_state(id3, "completed", 30);

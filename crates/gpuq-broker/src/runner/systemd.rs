@@ -8,7 +8,10 @@
 //! an absolute `ExecStart`). `RemainAfterExit=yes` keeps the unit — and its
 //! `ExecMainCode`/`ExecMainStatus` — after the main process ends, also while
 //! the broker is restarting; the broker stops and resets it after reading
-//! the status.
+//! the status. `Type=exec` makes the start job fail when systemd cannot set
+//! the job up (user, groups, working directory, log file): `start` waits for
+//! that job's `JobRemoved` signal and reports such a failure as an error, not
+//! as the job's exit code.
 //!
 //! **Tests:** `tests/tests/systemd_runner.rs` runs the real broker with this
 //! runner against a real systemd (PID 1 of a Podman container, see
@@ -25,6 +28,8 @@ const DEST: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 const POLL: Duration = Duration::from_millis(250);
+/// How long `start` waits for systemd to report the start job's result.
+const START_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug)]
 pub struct SystemdRunner {
@@ -146,6 +151,37 @@ impl SystemdRunner {
         i32::try_from(v).map_err(|e| RunnerError::Systemd(format!("{name}: {e}")))
     }
 
+    /// Why systemd failed the unit's start job (`result` is the job's
+    /// result, e.g. "failed"): the step that failed, from `ExecMainStatus`.
+    async fn start_failure(&self, spec: &JobSpec, result: &str) -> RunnerError {
+        let status = match self.unit(spec.id).await {
+            Ok(Some(path)) => self
+                .int_prop(&path, "org.freedesktop.systemd1.Service", "ExecMainStatus")
+                .await
+                .ok(),
+            _ => None,
+        };
+        let step = match status {
+            Some(200) => format!(" at step CHDIR: cannot enter {}", spec.cwd),
+            Some(203) => " at step EXEC: cannot execute /bin/sh".to_string(),
+            Some(209) => format!(
+                " at step STDOUT: cannot open the log file {}",
+                spec.log_path.display()
+            ),
+            Some(216) => " at step GROUP: cannot set the groups".to_string(),
+            Some(217) => " at step USER: cannot become the user".to_string(),
+            Some(n) if n > 0 => format!(" (status {n}, see `systemd.exec(5)`, PROCESS EXIT CODES)"),
+            _ => String::new(),
+        };
+        RunnerError::State {
+            id: spec.id,
+            what: format!(
+                "systemd could not start {} (job result {result}){step}",
+                unit_name(spec.id)
+            ),
+        }
+    }
+
     /// (ActiveState, SubState), or `None` when the unit is gone.
     async fn states(&self, id: JobId) -> Result<Option<(String, String)>, RunnerError> {
         let Some(path) = self.unit(id).await? else {
@@ -204,13 +240,57 @@ impl Runner for SystemdRunner {
             ("RuntimeMaxUSec", Value::from(runtime_max_usec)),
         ];
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = vec![];
-        self.manager(
-            "StartTransientUnit",
-            &(unit_name(spec.id), "fail", props, aux),
-        )
-        .await
-        .map_err(err)?;
-        Ok(())
+        // With Type=exec systemd finishes the start job once /bin/sh has
+        // been exec'd, and fails it when a step before failed (user,
+        // groups, working directory, log file). Listen for the job's end
+        // before asking, so that the signal cannot be missed.
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .path(PATH)
+            .and_then(|b| b.interface(MANAGER))
+            .and_then(|b| b.member("JobRemoved"))
+            .map_err(err)?
+            .build();
+        let mut removed = zbus::MessageStream::for_match_rule(rule, &self.conn, Some(256))
+            .await
+            .map_err(err)?;
+        let reply = self
+            .manager(
+                "StartTransientUnit",
+                &(unit_name(spec.id), "fail", props, aux),
+            )
+            .await
+            .map_err(err)?;
+        let job: OwnedObjectPath = reply.body().deserialize().map_err(err)?;
+        let systemd = reply.header().sender().map(|s| s.to_owned());
+        let result = tokio::time::timeout(START_WAIT, async {
+            use zbus::export::futures_util::StreamExt;
+            while let Some(msg) = removed.next().await {
+                let Ok(msg) = msg else { continue };
+                if systemd.is_some() && msg.header().sender().map(|s| s.to_owned()) != systemd {
+                    continue;
+                }
+                if let Ok((_, path, _, result)) = msg
+                    .body()
+                    .deserialize::<(u32, OwnedObjectPath, String, String)>()
+                {
+                    if path == job {
+                        return Some(result);
+                    }
+                }
+            }
+            None
+        })
+        .await;
+        match result {
+            Ok(Some(r)) if r == "done" => Ok(()),
+            Ok(Some(r)) => Err(self.start_failure(spec, &r).await),
+            // No word from systemd (yet): supervision sees what happens.
+            Ok(None) | Err(_) => {
+                tracing::warn!(job = %spec.id, "no JobRemoved signal for {}", job.as_str());
+                Ok(())
+            }
+        }
     }
 
     async fn alive(&self, id: JobId) -> Result<bool, RunnerError> {
