@@ -209,6 +209,18 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
         "{out:?}"
     );
 
+    // SIGTERM to the agent: it removes its socket and exits 0.
+    let mut agent = c.others.pop().unwrap();
+    let st = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(agent.id().to_string())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let code = agent.wait().unwrap();
+    assert_eq!(code.code(), Some(0));
+    assert!(!agent_dir.join("daos_agent.sock").exists());
+
     // system stop: all ranks stopped, servers stay up.
     let (v, code) = c.dmg(&["system", "stop"]);
     envelope_ok(&v, code);
@@ -413,7 +425,7 @@ fn fault_ignore_sigterm_and_slow_stop() {
     c.servers[1]
         .env
         .push(("DAOS_SIM_FAULTS".into(), "ignore_sigterm".into()));
-    fs::write(c.servers[2].dir.join("daos-sim-faults"), "slow_stop=2\n").unwrap();
+    fs::write(c.servers[2].dir.join("daos-sim-faults"), "slow_stop=4\n").unwrap();
     for i in 0..4 {
         c.start_server(i);
     }

@@ -167,11 +167,30 @@ impl Cluster {
         s.child = Some(cmd.spawn().expect("spawn daos_server"));
     }
 
-    pub fn wait_listening(&self) {
-        for s in &self.servers {
-            wait_for(Duration::from_secs(10), || {
-                std::net::TcpStream::connect(("127.0.0.1", s.port)).is_ok()
-            });
+    /// Waits until every started server accepts connections; panics with
+    /// its log if one exited instead (e.g. its port was taken meanwhile).
+    pub fn wait_listening(&mut self) {
+        for i in 0..self.servers.len() {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            loop {
+                let s = &mut self.servers[i];
+                let Some(child) = s.child.as_mut() else { break };
+                if let Some(st) = child.try_wait().unwrap() {
+                    panic!(
+                        "server {i} exited ({st}) while starting:\n{}",
+                        fs::read_to_string(&s.log).unwrap_or_default()
+                    );
+                }
+                if std::net::TcpStream::connect(("127.0.0.1", s.port)).is_ok() {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "server {i} not listening on {}",
+                    s.port
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 
