@@ -69,6 +69,9 @@ chmod +x "$WORK/fill.sh"
 GPUQ_ALL="$BIN --config $WORK/node.toml wipe --lease bench"
 GPUQ_ONE="$BIN --config $WORK/one.toml wipe --lease bench-one"
 SERIAL="for d in ${DEVS[*]}; do blkdiscard \$d; done"
+# Reference for what the kernel and the backing filesystem allow: the same
+# four blkdiscard calls started at once.
+PARALLEL="for d in ${DEVS[*]}; do blkdiscard \$d & done; wait"
 
 echo "devices: ${DEVS[*]} (${SIZE_GIB} GiB sparse each, ${DATA_MIB} MiB written before each run)"
 "$WORK/fill.sh"; du -sh "$WORK"/dev*.img | sed 's/^/allocated before: /'
@@ -80,6 +83,7 @@ if command -v hyperfine > /dev/null; then
         --export-json "$WORK/h.json" \
         -n "gpuq-node wipe, 4 devices concurrently" "$GPUQ_ALL > /dev/null" \
         -n "blkdiscard, 4 devices one after another" "$SERIAL" \
+        -n "blkdiscard, 4 devices at once (reference)" "$PARALLEL" \
         -n "gpuq-node wipe, 1 device" "$GPUQ_ONE > /dev/null"
     python3 - "$WORK/h.json" <<'PY' || true
 import json, sys
@@ -87,7 +91,7 @@ for r in json.load(open(sys.argv[1]))["results"]:
     print(f"median {r['median']*1000:8.1f} ms  {r['command']}")
 PY
 else
-    for name in "$GPUQ_ALL" "$SERIAL" "$GPUQ_ONE"; do
+    for name in "$GPUQ_ALL" "$SERIAL" "$PARALLEL" "$GPUQ_ONE"; do
         ts=()
         for _ in $(seq "$RUNS"); do
             "$WORK/fill.sh"

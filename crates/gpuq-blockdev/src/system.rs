@@ -490,6 +490,12 @@ pub fn processes_holding(
                         if path_match(p) {
                             return true;
                         }
+                        // Only device nodes can map a block device; stat'ing
+                        // every mapped library of every process would cost
+                        // thousands of calls per scan.
+                        if !f[5].starts_with("/dev/") {
+                            return false;
+                        }
                         if let Ok(m) = fs::metadata(p) {
                             return m.file_type().is_block_device()
                                 && devs.contains(&DevNum::from_rdev(m.rdev()));
