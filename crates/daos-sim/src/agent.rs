@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AgentConfig, DEFAULT_PORT};
 use crate::dmg::{print_envelope, system_call, Args};
 use crate::error::{SimError, DER_INVAL};
-use crate::model::ContCreateResp;
+use crate::model::{ContCreateResp, DmgResponse};
 use crate::proto::{Request, Wire};
 
 pub const SOCKET_NAME: &str = "daos_agent.sock";
@@ -176,7 +176,7 @@ pub fn daos_main(argv: &[String]) -> i32 {
     match cont_create(&args) {
         Ok(resp) => {
             if json {
-                print_envelope(serde_json::to_value(&resp).ok(), None);
+                print_envelope(Some(DmgResponse::ContCreate(resp)), None);
             } else {
                 println!(
                     "Successfully created container {} type {}",

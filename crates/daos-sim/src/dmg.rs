@@ -18,8 +18,9 @@ use std::time::Duration;
 use crate::config::{resolve, ControlConfig};
 use crate::error::SimError;
 use crate::model::{
-    compress_hosts, compress_ranks, fnv64, parse_size, Envelope, HostErrorSet, HostStorage,
-    HostStorageSet, PoolCreateResp, StorageFormatResp, SystemQueryResp, SystemStopResp,
+    compress_hosts, compress_ranks, fnv64, parse_size, DmgResponse, Envelope, HostErrorSet,
+    HostStorage, HostStorageSet, PoolCreateResp, StorageFormatResp, SystemQueryResp,
+    SystemStopResp,
 };
 use crate::proto::{call, Request, Wire};
 
@@ -171,7 +172,7 @@ pub fn main(argv: &[String]) -> i32 {
 }
 
 /// Prints dmg's JSON envelope on stdout.
-pub fn print_envelope(response: Option<serde_json::Value>, err: Option<&SimError>) {
+pub fn print_envelope(response: Option<DmgResponse>, err: Option<&SimError>) {
     let env = Envelope {
         response,
         error: err.map(|e| e.to_string()),
@@ -276,11 +277,7 @@ fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, Sim
     })
 }
 
-fn run(
-    cmd: Cmd,
-    cfg: &ControlConfig,
-    insecure: bool,
-) -> Result<(serde_json::Value, String), SimError> {
+fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, String), SimError> {
     let wire = |req| Wire {
         req,
         system: cfg.name.clone(),
@@ -290,7 +287,7 @@ fn run(
     match cmd {
         Cmd::SystemQuery => {
             let v = system_call(&cfg.hostlist, cfg.port, &wire(Request::SystemQuery), long)?;
-            let resp: SystemQueryResp = decode(v.clone())?;
+            let resp: SystemQueryResp = decode(v)?;
             let mut by_state: BTreeMap<String, Vec<u32>> = BTreeMap::new();
             for m in &resp.members {
                 by_state.entry(m.state.clone()).or_default().push(m.rank);
@@ -303,7 +300,7 @@ fn run(
                 }
                 human.push_str(&format!("{:<5} {st}\n", compress_ranks(&ranks)));
             }
-            Ok((v, human))
+            Ok((DmgResponse::SystemQuery(resp), human))
         }
         Cmd::SystemStop { force } => {
             let v = system_call(
@@ -312,13 +309,13 @@ fn run(
                 &wire(Request::SystemStop { force }),
                 long,
             )?;
-            let resp: SystemStopResp = decode(v.clone())?;
+            let resp: SystemStopResp = decode(v)?;
             let mut human = String::from("Rank  Operation Result\n----  --------- ------\n");
             for r in &resp.results {
                 let res = if r.errored { r.msg.as_str() } else { "OK" };
                 human.push_str(&format!("{:<5} {:<9} {res}\n", r.rank, r.action));
             }
-            Ok((v, human))
+            Ok((DmgResponse::SystemStop(resp), human))
         }
         Cmd::PoolCreate {
             label,
@@ -333,7 +330,7 @@ fn run(
                 nsvc,
             };
             let v = system_call(&cfg.hostlist, cfg.port, &wire(req), long)?;
-            let r: PoolCreateResp = decode(v.clone())?;
+            let r: PoolCreateResp = decode(v)?;
             let human = format!(
                 "Pool created with 6.00%,94.00% storage tier ratio\n\
                  --------------------------------------------------\n\
@@ -348,7 +345,7 @@ fn run(
                 compress_ranks(&r.tgt_ranks),
                 r.tier_bytes.iter().sum::<u64>() * r.tgt_ranks.len() as u64
             );
-            Ok((v, human))
+            Ok((DmgResponse::PoolCreate(r), human))
         }
         Cmd::StorageFormat => {
             let handles: Vec<_> = cfg
@@ -413,11 +410,7 @@ fn run(
                     },
                 );
             }
-            let v = serde_json::to_value(&resp).map_err(|e| SimError::Protocol {
-                peer: "local".into(),
-                msg: e.to_string(),
-            })?;
-            Ok((v, human))
+            Ok((DmgResponse::StorageFormat(resp), human))
         }
     }
 }

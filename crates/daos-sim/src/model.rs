@@ -9,11 +9,23 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 /// dmg's `-j` envelope: printed on stdout on success and failure alike.
+/// Typed, so fields come out in DAOS's struct order.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Envelope {
-    pub response: Option<serde_json::Value>,
+pub struct Envelope<T> {
+    pub response: Option<T>,
     pub error: Option<String>,
     pub status: i32,
+}
+
+/// The responses dmg prints, each serialised as its own struct.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum DmgResponse {
+    SystemQuery(SystemQueryResp),
+    SystemStop(SystemStopResp),
+    StorageFormat(StorageFormatResp),
+    PoolCreate(PoolCreateResp),
+    ContCreate(ContCreateResp),
 }
 
 /// One `members[]` entry of `dmg system query -j`.

@@ -371,6 +371,7 @@ impl Server {
                 Ok(serde_json::Value::Null)
             }
             Request::SystemQuery => {
+                self.exclude_dead_ranks()?;
                 let g = lock(&self.db);
                 let db = g
                     .as_ref()
@@ -430,6 +431,56 @@ impl Server {
                 DER_INVAL,
             )),
         }
+    }
+
+    /// Stands in for SWIM: a `joined` rank whose control port no longer
+    /// accepts connections (its daos_server died without saying so) becomes
+    /// `excluded`, as DAOS marks a dead rank.
+    fn exclude_dead_ranks(&self) -> Result<(), SimError> {
+        let probe: Vec<(String, String)> = {
+            let g = lock(&self.db);
+            let db = g
+                .as_ref()
+                .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+            db.members
+                .iter()
+                .filter(|m| m.state == "joined")
+                .map(|m| (m.uuid.clone(), m.addr.clone()))
+                .collect()
+        };
+        let handles: Vec<_> = probe
+            .into_iter()
+            .map(|(uuid, addr)| {
+                std::thread::spawn(move || {
+                    let alive = resolve(&addr, 0).is_ok_and(|a| {
+                        TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok()
+                    });
+                    (uuid, alive)
+                })
+            })
+            .collect();
+        let dead: Vec<String> = handles
+            .into_iter()
+            .filter_map(|h| h.join().ok())
+            .filter(|(_, alive)| !alive)
+            .map(|(uuid, _)| uuid)
+            .collect();
+        if dead.is_empty() {
+            return Ok(());
+        }
+        let mut g = lock(&self.db);
+        if let Some(db) = g.as_mut() {
+            for m in db.members.iter_mut().filter(|m| dead.contains(&m.uuid)) {
+                log(format!(
+                    "rank {} ({}) unreachable: excluded",
+                    m.rank, m.addr
+                ));
+                m.state = "excluded".into();
+                m.last_update = now_rfc3339();
+            }
+            self.save_db(db);
+        }
+        Ok(())
     }
 
     fn ms_join(&self, j: JoinReq) -> Result<JoinResp, SimError> {
@@ -728,9 +779,9 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
     let replicas = cfg.replicas();
     let ms_addr = resolve(&replicas[0], cfg.port)?;
     let is_ms = is_self(ms_addr, cfg.port);
-    let config_dir = config_path
-        .parent()
-        .map(Path::to_path_buf)
+    let config_dir = std::fs::canonicalize(config_path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
     let stop_timeout = std::env::var("DAOS_SIM_STOP_TIMEOUT")
         .ok()

@@ -25,6 +25,44 @@ fn system_query_before_format_is_uninitialized_in_dmg_envelope() {
     assert_eq!(code, 1, "dmg exits 1 on failure");
     assert_same_shape(&fixture("system_query_uninitialized.json"), &v, "$");
     assert_eq!(v, fixture("system_query_uninitialized.json"));
+    // A client whose transport setting differs from the servers' is refused.
+    let secure = c.tmp.path().join("secure.yml");
+    let hosts = format!("hostlist: ['127.0.0.1:{}']\n", c.servers[2].port);
+    fs::write(&secure, &hosts).unwrap();
+    let out = c.run(
+        "dmg",
+        &["-o", secure.to_str().unwrap(), "-j", "system", "query"],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("transport security mismatch"),
+        "{v}"
+    );
+    // ... and so is another system name.
+    fs::write(&secure, format!("name: other\n{hosts}")).unwrap();
+    let out = c.run(
+        "dmg",
+        &[
+            "-o",
+            secure.to_str().unwrap(),
+            "-i",
+            "-j",
+            "system",
+            "query",
+        ],
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("system name mismatch"),
+        "{v}"
+    );
+
     // Every server is awaiting format and says so.
     for i in 0..4 {
         assert!(c.log(i).contains("awaiting storage format"), "{}", c.log(i));
@@ -259,8 +297,15 @@ fn restart_with_old_metadata_rejoins_under_old_rank_and_refuses_format() {
         m.iter().filter(|m| m["state"] == "stopped").count() == 1
     });
 
+    // A server killed without notice (SIGKILL) is excluded on the next query.
+    c.signal(1, "KILL");
+    c.wait_exit(1, Duration::from_secs(5));
+    c.wait_members(Duration::from_secs(5), |m| {
+        m.iter().filter(|m| m["state"] == "excluded").count() == 1
+    });
+
     // Restart everything with the metadata intact.
-    for i in [0, 1, 3] {
+    for i in [0, 3] {
         c.signal(i, "TERM");
         assert_eq!(c.wait_exit(i, Duration::from_secs(10)), Some(0));
     }
