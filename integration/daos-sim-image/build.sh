@@ -33,7 +33,7 @@ target_dir=${CARGO_TARGET_DIR:-$repo/target}
 if [ -z "$bin" ]; then
     # The documented static build (glibc, static-pie).
     (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
-        cargo build -p daos-sim --release --target x86_64-unknown-linux-gnu)
+        "${CARGO:-cargo}" build -p daos-sim --release --target x86_64-unknown-linux-gnu)
     bin=$target_dir/x86_64-unknown-linux-gnu/release/daos-sim
 fi
 out=${out:-$target_dir/daos-sim-image}
