@@ -76,6 +76,10 @@ pub const ACTIVE_LEASE_FILE: &str = "active-lease";
 const FLOCK_TRIES: u32 = 10;
 const FLOCK_PAUSE: Duration = Duration::from_millis(100);
 
+/// How long to rescan /proc while another process has the device open.
+const SCAN_TRIES: u32 = 10;
+const SCAN_PAUSE: Duration = Duration::from_millis(100);
+
 /// Mount points whose disks are the OS disk.
 const OS_MOUNTPOINTS: &[&str] = &["/", "/boot", "/boot/efi", "/usr", "/var"];
 
@@ -129,38 +133,39 @@ pub fn run(cfg: &NodeConfig, req: &Request) -> Result<NodeReport, WipeError> {
 
     // Phase 2: destroy only when everything everywhere passed.
     if all_passed && req.mode == Mode::Wipe {
-        std::thread::scope(|s| {
-            for p in prepared.iter_mut() {
-                s.spawn(move || p.discard_and_verify());
-            }
+        let panicked: Vec<bool> = std::thread::scope(|s| {
+            let handles: Vec<_> = prepared
+                .iter_mut()
+                .map(|p| s.spawn(move || p.discard_and_verify()))
+                .collect();
+            handles.into_iter().map(|h| h.join().is_err()).collect()
         });
+        for (p, bad) in prepared.iter_mut().zip(panicked) {
+            if bad {
+                // The discard may or may not have happened: report failure.
+                p.fail(CheckResult::refuse(
+                    Reason::IoError,
+                    "internal error during discard or verification",
+                ));
+            }
+        }
     }
 
-    let mut audit_errors = Vec::new();
-    for p in &mut prepared {
-        p.report.finished_at = audit::now_rfc3339();
-        if req.mode == Mode::Inspect {
-            continue;
-        }
-        let lease = req.lease.as_deref().unwrap_or_default();
-        let path = audit::record_path(
-            &cfg.node.jobs_dir,
-            lease,
-            &p.audit_id,
-            req.mode == Mode::DryRun,
-        );
-        p.report.audit = Some(path.display().to_string());
-        let rec = audit::AuditRecord {
-            version: 1,
-            node: &cfg.node.name,
-            lease,
-            dry_run: req.mode == Mode::DryRun,
-            device: &p.report,
-        };
-        if let Err(e) = audit::write_atomic(&path, &rec) {
-            audit_errors.push(format!("cannot write audit record {}: {e}", path.display()));
-        }
-    }
+    // Audit records, one per device, written concurrently (each is fsynced;
+    // in parallel the filesystem can commit them together).
+    let audit_errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = prepared
+            .iter_mut()
+            .map(|p| s.spawn(move || write_audit(cfg, req, p)))
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Some("internal error while writing an audit record".into()))
+            })
+            .collect()
+    });
     // Descriptors (and locks) are released only now, after the audit.
     let devices: Vec<DeviceReport> = prepared.into_iter().map(|p| p.report).collect();
 
@@ -182,6 +187,33 @@ pub fn run(cfg: &NodeConfig, req: &Request) -> Result<NodeReport, WipeError> {
         devices,
         audit_errors,
     })
+}
+
+/// Stamp the end time and, unless inspecting, write the device's audit
+/// record. Returns an error message if the record could not be written.
+fn write_audit(cfg: &NodeConfig, req: &Request, p: &mut Prepared) -> Option<String> {
+    p.report.finished_at = audit::now_rfc3339();
+    if req.mode == Mode::Inspect {
+        return None;
+    }
+    let lease = req.lease.as_deref().unwrap_or_default();
+    let path = audit::record_path(
+        &cfg.node.jobs_dir,
+        lease,
+        &p.audit_id,
+        req.mode == Mode::DryRun,
+    );
+    p.report.audit = Some(path.display().to_string());
+    let rec = audit::AuditRecord {
+        version: 1,
+        node: &cfg.node.name,
+        lease,
+        dry_run: req.mode == Mode::DryRun,
+        device: &p.report,
+    };
+    audit::write_atomic(&path, &rec)
+        .err()
+        .map(|e| format!("cannot write audit record {}: {e}", path.display()))
 }
 
 /// A device after phase 1: its report and, if it could be opened, the
@@ -501,7 +533,18 @@ fn prepare(
             .as_deref()
             .is_some_and(|bdf| system::path_is_pci_function(p, bdf))
     };
-    let procs = system::processes_holding(&involved, &matcher).map_err(err_str);
+    // A short-lived opener (blkid from udev, losetup scanning for a free
+    // device) must not fail the wipe; one that keeps the device open must.
+    // Every scan is a point-in-time check either way, so a clean scan while
+    // we hold O_EXCL + flock is as good as the first one being clean.
+    let mut procs = system::processes_holding(&involved, &matcher).map_err(err_str);
+    for _ in 1..SCAN_TRIES {
+        if !matches!(&procs, Ok(p) if !p.holders.is_empty()) {
+            break;
+        }
+        std::thread::sleep(SCAN_PAUSE);
+        procs = system::processes_holding(&involved, &matcher).map_err(err_str);
+    }
     let explained = [&mounted, &holders, &swap]
         .iter()
         .any(|c| c.verdict == Verdict::Refuse);
