@@ -147,6 +147,11 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
         &["--", "bash", "-c", "echo pid=$$ home=$HOME"],
     );
     let missing = b.submit(Some(&a), &w, &["--", "no-such-command-gpuq"]);
+    // Commands that end at once (their exit can reach systemd before the
+    // news that exec succeeded): still the job's own exit status.
+    let quick: Vec<u64> = (0..3)
+        .map(|_| b.submit(Some(&a), &w, &["--", "false"]))
+        .collect();
     let j = b.wait_state(ok, "completed", 30);
     assert_eq!(j["exit_code"], 0);
     let log = b.log_of(ok);
@@ -173,6 +178,11 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
         "{}",
         b.log_of(missing)
     );
+    for id in quick {
+        let j = b.wait_state(id, "failed", 30);
+        assert_eq!(j["exit_code"], 1, "{j}");
+        assert!(j["reason"].is_null(), "{j}");
+    }
 }
 
 #[test]

@@ -75,6 +75,37 @@ fn known_ids(spec: &JobSpec) -> Result<(), RunnerError> {
     Ok(())
 }
 
+/// `ExecMainCode` values (siginfo `si_code`).
+const CLD_EXITED: i32 = 1;
+const CLD_KILLED: i32 = 2;
+const CLD_DUMPED: i32 = 3;
+/// The exit statuses systemd's own set-up steps use (EXIT_CHDIR=200 …).
+const SYSTEMD_EXIT_CODES: std::ops::RangeInclusive<i32> = 200..=245;
+
+/// Why systemd failed the unit's start job (`result`: the job's result,
+/// e.g. "failed"; `status`: the unit's `ExecMainStatus`).
+fn start_failure(spec: &JobSpec, result: &str, status: Option<i32>) -> RunnerError {
+    let step = match status {
+        Some(200) => format!(" at step CHDIR: cannot enter {}", spec.cwd),
+        Some(203) => " at step EXEC: cannot execute /bin/sh".to_string(),
+        Some(209) => format!(
+            " at step STDOUT: cannot open the log file {}",
+            spec.log_path.display()
+        ),
+        Some(216) => " at step GROUP: cannot set the groups".to_string(),
+        Some(217) => " at step USER: cannot become the user".to_string(),
+        Some(n) if n > 0 => format!(" (status {n}, see systemd.exec(5), PROCESS EXIT CODES)"),
+        _ => String::new(),
+    };
+    RunnerError::State {
+        id: spec.id,
+        what: format!(
+            "systemd could not start {} (job result {result}){step}",
+            unit_name(spec.id)
+        ),
+    }
+}
+
 fn err(e: zbus::Error) -> RunnerError {
     RunnerError::Systemd(e.to_string())
 }
@@ -151,35 +182,13 @@ impl SystemdRunner {
         i32::try_from(v).map_err(|e| RunnerError::Systemd(format!("{name}: {e}")))
     }
 
-    /// Why systemd failed the unit's start job (`result` is the job's
-    /// result, e.g. "failed"): the step that failed, from `ExecMainStatus`.
-    async fn start_failure(&self, spec: &JobSpec, result: &str) -> RunnerError {
-        let status = match self.unit(spec.id).await {
-            Ok(Some(path)) => self
-                .int_prop(&path, "org.freedesktop.systemd1.Service", "ExecMainStatus")
-                .await
-                .ok(),
-            _ => None,
-        };
-        let step = match status {
-            Some(200) => format!(" at step CHDIR: cannot enter {}", spec.cwd),
-            Some(203) => " at step EXEC: cannot execute /bin/sh".to_string(),
-            Some(209) => format!(
-                " at step STDOUT: cannot open the log file {}",
-                spec.log_path.display()
-            ),
-            Some(216) => " at step GROUP: cannot set the groups".to_string(),
-            Some(217) => " at step USER: cannot become the user".to_string(),
-            Some(n) if n > 0 => format!(" (status {n}, see `systemd.exec(5)`, PROCESS EXIT CODES)"),
-            _ => String::new(),
-        };
-        RunnerError::State {
-            id: spec.id,
-            what: format!(
-                "systemd could not start {} (job result {result}){step}",
-                unit_name(spec.id)
-            ),
-        }
+    /// The unit's (ExecMainCode, ExecMainStatus), if systemd has them.
+    async fn main_exit(&self, id: JobId) -> Option<(i32, i32)> {
+        let path = self.unit(id).await.ok()??;
+        let svc = "org.freedesktop.systemd1.Service";
+        let code = self.int_prop(&path, svc, "ExecMainCode").await.ok()?;
+        let status = self.int_prop(&path, svc, "ExecMainStatus").await.ok()?;
+        Some((code, status))
     }
 
     /// (ActiveState, SubState), or `None` when the unit is gone.
@@ -284,7 +293,15 @@ impl Runner for SystemdRunner {
         .await;
         match result {
             Ok(Some(r)) if r == "done" => Ok(()),
-            Ok(Some(r)) => Err(self.start_failure(spec, &r).await),
+            // A command that ends at once can also fail the start job: its
+            // exit can reach systemd before the news that exec succeeded.
+            // Then the status is the job's own (wait() records it); systemd's
+            // own set-up failures use 200..=245 (systemd.exec(5)).
+            Ok(Some(r)) => match self.main_exit(spec.id).await {
+                Some((CLD_EXITED, status)) if !SYSTEMD_EXIT_CODES.contains(&status) => Ok(()),
+                Some((CLD_KILLED | CLD_DUMPED, _)) => Ok(()),
+                other => Err(start_failure(spec, &r, other.map(|(_, s)| s))),
+            },
             // No word from systemd (yet): supervision sees what happens.
             Ok(None) | Err(_) => {
                 tracing::warn!(job = %spec.id, "no JobRemoved signal for {}", job.as_str());
