@@ -261,6 +261,8 @@ fn yaml_v2_message(e: &serde_norway::Error) -> String {
     let line = e.location().map(|l| l.line()).unwrap_or(0);
     if let Some((_, rest)) = msg.split_once("unknown field `") {
         let field = rest.split('`').next().unwrap_or("");
+        // Name the Go type from the list of fields it expected.
+        let msg = rest.split_once("expected").map(|(_, e)| e).unwrap_or("");
         let go_type = if msg.contains("`mgmt_svc_replicas`") {
             "config.Server"
         } else if msg.contains("`fabric_iface_port`") {
@@ -514,6 +516,26 @@ engines:
         assert!(
             e.to_string()
                 .contains("field extra not found in type control.Config"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn agent_yml_is_strict_too() {
+        let ok: AgentConfig = parse_strict(
+            "name: daos_server\naccess_points: [da1]\nport: 10001\ntransport_config: {allow_insecure: true}\nfabric_ifaces: []\n",
+            Path::new("a"),
+        )
+        .unwrap();
+        assert_eq!(ok.access_points, ["da1"]);
+        let e = parse_strict::<AgentConfig>(
+            "access_points: [da1]\nmgmt_svc_replicas: [da1]\n",
+            Path::new("a"),
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("field mgmt_svc_replicas not found in type main.Config"),
             "{e}"
         );
     }
