@@ -268,7 +268,7 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
     assert!(results
         .iter()
         .all(|r| r["state"] == "stopped" && r["Errored"] == false));
-    let members = c.wait_members(Duration::from_secs(5), |m| {
+    let members = c.wait_members(Duration::from_secs(15), |m| {
         m.iter().all(|m| m["state"] == "stopped")
     });
     assert_eq!(members.len(), 4);
@@ -293,14 +293,14 @@ fn restart_with_old_metadata_rejoins_under_old_rank_and_refuses_format() {
     // SIGTERM a non-MS server: the MS marks it stopped.
     c.signal(2, "TERM");
     assert_eq!(c.wait_exit(2, Duration::from_secs(10)), Some(0));
-    c.wait_members(Duration::from_secs(5), |m| {
+    c.wait_members(Duration::from_secs(15), |m| {
         m.iter().filter(|m| m["state"] == "stopped").count() == 1
     });
 
     // A server killed without notice (SIGKILL) is excluded on the next query.
     c.signal(1, "KILL");
     c.wait_exit(1, Duration::from_secs(5));
-    c.wait_members(Duration::from_secs(5), |m| {
+    c.wait_members(Duration::from_secs(15), |m| {
         m.iter().filter(|m| m["state"] == "excluded").count() == 1
     });
 
@@ -437,7 +437,7 @@ fn fault_never_join_and_format_error() {
     assert!(errs[0]["error"].as_str().unwrap().contains("format_error"));
 
     // Two joined (0 and 2); 1 failed format; 3 never joins.
-    c.wait_members(Duration::from_secs(10), |m| m.len() == 2);
+    c.wait_members(Duration::from_secs(15), |m| m.len() == 2);
     std::thread::sleep(Duration::from_millis(800));
     let (v, _) = c.dmg(&["system", "query"]);
     assert_eq!(v["response"]["members"].as_array().unwrap().len(), 2, "{v}");
@@ -458,7 +458,7 @@ fn fault_never_join_and_format_error() {
         ],
     );
     assert!(out.status.success(), "{out:?}");
-    c.wait_members(Duration::from_secs(10), |m| m.len() == 3);
+    c.wait_members(Duration::from_secs(15), |m| m.len() == 3);
 }
 
 #[test]
