@@ -2,7 +2,8 @@
 //!
 //! A switch list is `never_join,format_error,ignore_sigterm,slow_stop=N`
 //! (comma or whitespace separated, `#` starts a comment). It is read from
-//! - the env var `DAOS_SIM_FAULTS` (fixed for the process's life), and
+//! - the env var `DAOS_SIM_FAULTS` of the server process, or the same name
+//!   in the engine's `env_vars` in `daos_server.yml` (fixed at start), and
 //! - a file, re-read at every decision so a test can flip a switch on a
 //!   running server: `$DAOS_SIM_FAULTS_FILE` if set, else `daos-sim-faults`
 //!   in the directory holding `daos_server.yml` (the node's state dir; the
@@ -66,9 +67,14 @@ pub struct FaultSource {
 }
 
 impl FaultSource {
-    /// `config_dir` is the directory of `daos_server.yml`.
-    pub fn new(config_dir: PathBuf) -> Self {
-        let env_text = std::env::var("DAOS_SIM_FAULTS").unwrap_or_default();
+    /// `config_dir` is the directory of `daos_server.yml`; `engine_env` is
+    /// its engine's `env_vars` value for `DAOS_SIM_FAULTS`, if any (so a
+    /// rendered config can carry the switches too).
+    pub fn new(config_dir: PathBuf, engine_env: Option<&str>) -> Self {
+        let mut env_text = std::env::var("DAOS_SIM_FAULTS").unwrap_or_default();
+        if let Some(more) = engine_env {
+            env_text = format!("{env_text},{more}");
+        }
         let (env, unknown) = Faults::parse(&env_text);
         if !unknown.is_empty() {
             eprintln!("daos-sim: ignoring unknown fault switches in DAOS_SIM_FAULTS: {unknown:?}");

@@ -801,7 +801,12 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
         Err(_) => None,
     };
     let server = Arc::new(Server {
-        faults: FaultSource::new(config_dir),
+        faults: FaultSource::new(
+            config_dir,
+            crate::config::env_map(&cfg.engines[0].env_vars)
+                .get("DAOS_SIM_FAULTS")
+                .map(String::as_str),
+        ),
         local: Mutex::new(Local {
             state: if sb.is_some() {
                 "starting"
