@@ -52,13 +52,12 @@ fn escape_dollars(arg: &str) -> String {
 /// the reason; the broker records it as "could not start".
 fn known_ids(spec: &JobSpec) -> Result<(), RunnerError> {
     use nix::unistd::{Gid, Group, Uid, User};
-    let refuse = |what: String| {
-        RunnerError::State {
+    let refuse = |what: String| RunnerError::State {
         id: spec.id,
         what: format!(
-            "{what} has no entry in the user database; systemd runs a unit only as a known user and groups"
+            "{what} has no entry in the user database; \
+             systemd runs a unit only as a known user and groups"
         ),
-    }
     };
     match User::from_uid(Uid::from_raw(spec.uid)) {
         Ok(Some(_)) => {}
