@@ -416,9 +416,16 @@ fn configs_are_parsed_strictly() {
 #[test]
 fn fault_never_join_and_format_error() {
     let mut c = Cluster::new(4);
-    c.servers[3]
-        .env
-        .push(("DAOS_SIM_FAULTS".into(), "never_join".into()));
+    // never_join through the engine's env_vars in daos_server.yml.
+    let cfg = fs::read_to_string(&c.servers[3].cfg).unwrap();
+    fs::write(
+        &c.servers[3].cfg,
+        cfg.replace(
+            "fabric_iface: lo",
+            "fabric_iface: lo\n    env_vars: [DAOS_SIM_FAULTS=never_join]",
+        ),
+    )
+    .unwrap();
     fs::write(c.servers[1].dir.join("daos-sim-faults"), "format_error\n").unwrap();
     for i in 0..4 {
         c.start_server(i);
