@@ -230,6 +230,12 @@ pub struct NodeReport {
     pub dry_run: bool,
     pub result: NodeResult,
     pub devices: Vec<DeviceReport>,
+    /// `devices` only: every whole disk on the node (allowlisted or not).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inventory: Vec<crate::system::InventoryEntry>,
+    /// `devices` only: why the inventory could not be read, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory_error: Option<String>,
     /// Audit files that could not be written (the node result is then not ok).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit_errors: Vec<String>,

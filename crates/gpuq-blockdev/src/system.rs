@@ -71,6 +71,8 @@ pub struct Disk {
     pub serial: Option<String>,
     pub model: Option<String>,
     pub wwid: Option<String>,
+    /// NVMe EUI-64 or NGUID of the namespace.
+    pub eui: Option<String>,
     pub nsid: Option<u32>,
     /// NVMe controller name (`nvme0`), when the disk is an NVMe namespace.
     pub nvme_controller: Option<String>,
@@ -136,6 +138,93 @@ fn list_disks_sysfs() -> io::Result<Vec<Disk>> {
     Ok(out)
 }
 
+/// One whole disk as `gpuq-node devices` lists it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct InventoryEntry {
+    pub name: String,
+    pub path: String,
+    pub devnum: Option<String>,
+    pub size_bytes: Option<u64>,
+    pub rotational: Option<bool>,
+    pub removable: Option<bool>,
+    pub read_only: Option<bool>,
+    pub model: Option<String>,
+    pub serial: Option<String>,
+    pub wwid: Option<String>,
+    pub eui: Option<String>,
+    pub nvme_controller: Option<String>,
+    pub nsid: Option<u32>,
+    pub pci: Option<String>,
+    pub loop_backing_file: Option<String>,
+    pub partitions: Vec<String>,
+    pub holders: Vec<String>,
+    /// Mount points of the disk, its partitions and anything stacked on them.
+    pub mountpoints: Vec<String>,
+    /// Active swap areas on the disk or its partitions.
+    pub swap: Vec<String>,
+}
+
+/// Every whole disk with its attributes, partitions, holders, mounts and
+/// swap use. Attributes that cannot be read are `null`.
+pub fn inventory() -> io::Result<Vec<InventoryEntry>> {
+    let mounts = mounts()?;
+    let swaps = swaps()?;
+    let mut out = Vec::new();
+    for d in list_disks()? {
+        let flag = |a: &str| read_attr(&d.syspath.join(a)).ok().map(|v| v == "1");
+        let above = stacked_above(&d.syspath).unwrap_or_default();
+        let mut involved: BTreeSet<DevNum> = above.iter().map(|(_, n)| *n).collect();
+        involved.extend(d.devnum);
+        let parts: Vec<String> = partitions(&d.syspath)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        let holders: Vec<String> = above
+            .iter()
+            .filter(|(n, _)| !parts.contains(n))
+            .map(|(n, _)| n.clone())
+            .collect();
+        out.push(InventoryEntry {
+            path: format!("/dev/{}", d.name),
+            devnum: d.devnum.map(|n| n.to_string()),
+            size_bytes: read_attr(&d.syspath.join("size"))
+                .ok()
+                .and_then(|s| s.parse::<u64>().ok())
+                .map(|s| s * 512),
+            rotational: flag("queue/rotational"),
+            removable: flag("removable"),
+            read_only: flag("ro"),
+            mountpoints: mounts
+                .iter()
+                .filter(|m| {
+                    involved.contains(&m.devnum)
+                        || mount_source_devnum(m).is_some_and(|s| involved.contains(&s))
+                })
+                .map(|m| m.mountpoint.clone())
+                .collect(),
+            swap: swaps
+                .iter()
+                .filter(|(_, n, blk)| *blk && n.is_some_and(|n| involved.contains(&n)))
+                .map(|(f, _, _)| f.clone())
+                .collect(),
+            partitions: parts,
+            holders,
+            name: d.name,
+            model: d.model,
+            serial: d.serial,
+            wwid: d.wwid,
+            eui: d.eui,
+            nvme_controller: d.nvme_controller,
+            nsid: d.nsid,
+            pci: d.pci,
+            loop_backing_file: d.loop_backing_file.map(|p| p.display().to_string()),
+        });
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
 /// Build a [`Disk`] from sysfs attributes alone.
 pub fn disk_from_sysfs(name: &str, syspath: &Path) -> Disk {
     let attr = |rel: &str| read_attr_opt(&syspath.join(rel));
@@ -144,6 +233,7 @@ pub fn disk_from_sysfs(name: &str, syspath: &Path) -> Disk {
         syspath: syspath.to_path_buf(),
         devnum: attr("dev").and_then(|s| DevNum::parse(&s)),
         wwid: attr("wwid").or_else(|| attr("device/wwid")),
+        eui: attr("eui").or_else(|| attr("nguid")),
         nsid: attr("nsid").and_then(|s| s.parse().ok()),
         loop_backing_file: attr("loop/backing_file").map(PathBuf::from),
         ..Disk::default()

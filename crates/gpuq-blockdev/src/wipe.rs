@@ -179,7 +179,17 @@ pub fn run(cfg: &NodeConfig, req: &Request) -> Result<NodeReport, WipeError> {
     } else {
         NodeResult::Ok
     };
+    let (inventory, inventory_error) = if req.mode == Mode::Inspect {
+        match system::inventory() {
+            Ok(i) => (i, None),
+            Err(e) => (Vec::new(), Some(format!("cannot read the inventory: {e}"))),
+        }
+    } else {
+        (Vec::new(), None)
+    };
     Ok(NodeReport {
+        inventory,
+        inventory_error,
         node: cfg.node.name.clone(),
         lease: req.lease.clone(),
         dry_run: req.mode == Mode::DryRun,

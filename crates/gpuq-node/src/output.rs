@@ -73,6 +73,51 @@ fn print_text(r: &NodeReport) {
             println!("    audit: {a}");
         }
     }
+    if !r.inventory.is_empty() {
+        println!("inventory:");
+        for d in &r.inventory {
+            let size = d
+                .size_bytes
+                .map(|b| format!("{:.1}G", b as f64 / (1u64 << 30) as f64))
+                .unwrap_or_else(|| "?".into());
+            let kind = match d.rotational {
+                Some(true) => "rot",
+                Some(false) => "ssd",
+                None => "?",
+            };
+            let mut notes = Vec::new();
+            if let Some(s) = &d.serial {
+                notes.push(format!("serial {s}"));
+            }
+            if let Some(p) = &d.pci {
+                notes.push(format!("pci {p}"));
+            }
+            if let Some(b) = &d.loop_backing_file {
+                notes.push(format!("file {b}"));
+            }
+            if !d.partitions.is_empty() {
+                notes.push(format!("parts {}", d.partitions.join(",")));
+            }
+            if !d.holders.is_empty() {
+                notes.push(format!("holders {}", d.holders.join(",")));
+            }
+            if !d.mountpoints.is_empty() {
+                notes.push(format!("mounted {}", d.mountpoints.join(",")));
+            }
+            if !d.swap.is_empty() {
+                notes.push("swap".to_string());
+            }
+            println!(
+                "  {:<10} {:>8} {kind:<3} {}",
+                d.name,
+                size,
+                notes.join("; ")
+            );
+        }
+    }
+    if let Some(e) = &r.inventory_error {
+        println!("inventory: {e}");
+    }
     let summary = match r.result {
         NodeResult::Ok if r.lease.is_some() && !r.dry_run => "ok: every device wiped and verified",
         NodeResult::Ok => "ok: every device passed every check",

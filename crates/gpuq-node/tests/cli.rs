@@ -173,6 +173,18 @@ fn devices_lists_every_check_per_device() {
     ] {
         assert!(checks.contains(&c), "missing check {c}: {checks:?}");
     }
+    // The inventory lists every disk, ours with its attributes.
+    let inv = v["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == d.name.as_str())
+        .unwrap_or_else(|| panic!("{} not in inventory: {v:#}", d.name))
+        .clone();
+    assert_eq!(inv["size_bytes"], d.size);
+    assert_eq!(inv["rotational"], false);
+    assert_eq!(inv["loop_backing_file"], d.backing.to_str().unwrap());
+    assert_eq!(inv["partitions"].as_array().unwrap().len(), 0);
     // Text form too.
     let (code, out, _) = node(&n.config, &["devices"]);
     assert_eq!(code, 0);
@@ -367,6 +379,17 @@ fn mounted_filesystem_is_refused() {
     assert!(reasons(dev).contains(&"mounted".to_string()), "{dev:#}");
     assert!(detail(dev, "mounted").contains(mp.to_str().unwrap()));
     assert_eq!(d.edge_hash(), before);
+    // `devices` shows the mount in the inventory.
+    let (_, out, _) = node(&n.config, &["devices", "--json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let inv = v["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == d.name.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(inv["mountpoints"][0], mp.to_str().unwrap());
 }
 
 #[test]
