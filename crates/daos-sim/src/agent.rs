@@ -38,11 +38,7 @@ pub struct AttachInfo {
 }
 
 fn log(msg: impl AsRef<str>) {
-    eprintln!(
-        "{} daos_agent: {}",
-        crate::model::now_rfc3339(),
-        msg.as_ref()
-    );
+    crate::model::log_line("daos_agent", msg.as_ref());
 }
 
 /// `daos_agent [-o CONFIG] [-i] [-s DIR] [start]`; returns the exit code.
@@ -78,6 +74,9 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         .or_else(|| std::env::var_os("DAOS_AGENT_DRPC_DIR").map(PathBuf::from))
         .or_else(|| cfg.runtime_dir.clone())
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    if let Some(f) = &cfg.log_file {
+        crate::model::set_log_file(f);
+    }
     std::fs::create_dir_all(&dir)
         .map_err(|e| SimError::io(format!("create socket dir {}", dir.display()), e))?;
     let sock = dir.join(SOCKET_NAME);

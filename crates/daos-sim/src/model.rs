@@ -4,6 +4,8 @@
 //! timestamps, host-set compression.
 
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -298,6 +300,34 @@ pub fn parse_size(s: &str) -> Option<u64> {
     };
     let v = n * mult;
     (v.is_finite() && v >= 1.0).then_some(v as u64)
+}
+
+/// The log file named in the config (`control_log_file`, agent `log_file`),
+/// written in addition to stderr.
+static LOG_FILE: OnceLock<Mutex<std::fs::File>> = OnceLock::new();
+
+/// Opens (appends to) the log file; an error is reported, not fatal.
+pub fn set_log_file(path: &str) {
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(f) => {
+            let _ = LOG_FILE.set(Mutex::new(f));
+        }
+        Err(e) => eprintln!("daos-sim: cannot open log file {path}: {e}"),
+    }
+}
+
+/// One log line: `<RFC 3339> <who>: <msg>` on stderr and in the log file.
+pub fn log_line(who: &str, msg: &str) {
+    let line = format!("{} {who}: {msg}", now_rfc3339());
+    eprintln!("{line}");
+    if let Some(f) = LOG_FILE.get() {
+        let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(f, "{line}");
+    }
 }
 
 #[cfg(test)]

@@ -106,7 +106,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn log(msg: impl AsRef<str>) {
-    eprintln!("{} daos_server: {}", now_rfc3339(), msg.as_ref());
+    crate::model::log_line("daos_server", msg.as_ref());
 }
 
 impl Server {
@@ -789,6 +789,9 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
         .map(Duration::from_secs)
         .unwrap_or(Duration::from_secs(10));
 
+    if let Some(f) = &cfg.control_log_file {
+        crate::model::set_log_file(f);
+    }
     let listener = TcpListener::bind(("0.0.0.0", cfg.port))
         .map_err(|e| SimError::io(format!("listen on control port {}", cfg.port), e))?;
 

@@ -139,6 +139,10 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
         assert_eq!(m["addr"], format!("127.0.0.1:{}", s.port));
     }
 
+    // control_log_file gets the same lines as stderr.
+    let clog = fs::read_to_string(c.servers[0].dir.join("control.log")).unwrap();
+    assert!(clog.contains("joined as rank"), "{clog}");
+
     // dmg pointed at a non-MS server sees the whole system.
     let out = c.run(
         "dmg",

@@ -60,6 +60,7 @@ mgmt_svc_replicas: ['127.0.0.1:{ms_port}']
 provider: ofi+tcp
 transport_config: {{allow_insecure: true}}
 control_metadata: {{path: {md}}}
+control_log_file: {log}
 disable_vfio: true
 disable_hugepages: true
 fault_path: /da{n}
@@ -72,6 +73,7 @@ engines:
       - {{class: file, bdev_list: [{bdev}], bdev_size: 1}}
 ",
         md = md.display(),
+        log = md.with_file_name("control.log").display(),
         bdev = bdev.display(),
         n = idx + 1,
         fport = 31416 + idx,
