@@ -30,7 +30,7 @@ pub enum ConfigError {
         key: &'static str,
         message: String,
     },
-    #[error("config {path} is unsafe: {why}\nhint: `chown root:root {path} && chmod go-w {path}` (and the same for its directory)")]
+    #[error("config {path} may have been written by someone other than root: {why}\nhint: `chown root:root {path} && chmod go-w {path}` (and the same for its directory)")]
     Unsafe { path: PathBuf, why: String },
 }
 

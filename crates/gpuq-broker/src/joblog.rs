@@ -19,7 +19,7 @@ pub enum LogError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("log path {path} is unsafe: {why}; ask the operator to move it aside")]
+    #[error("refusing log path {path}: {why}; ask the operator to move it aside")]
     Unsafe { path: PathBuf, why: String },
 }
 
