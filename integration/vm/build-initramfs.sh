@@ -11,15 +11,17 @@ ROOT=$(mktemp -d)
 trap 'rm -rf "$ROOT"' EXIT
 
 mkdir -p "$ROOT"/{bin,sbin,proc,sys,dev,run,tmp,boot,var/tmp,gpuq,lib/modules}
-cp /bin/busybox "$ROOT/bin/busybox"
 
 copy_with_libs() { # binary dest-path
     install -D -m 0755 "$1" "$ROOT$2"
-    ldd "$1" | awk '/=>/ {print $3} /^[ \t]*\/lib/ {print $1}' | while read -r lib; do
-        [ -n "$lib" ] && [ -e "$lib" ] || continue
-        install -D -m 0755 "$(readlink -f "$lib")" "$ROOT$lib"
-    done
+    # A static binary makes ldd fail: nothing to copy then.
+    { ldd "$1" 2>/dev/null || true; } | awk '/=>/ {print $3} /^[ \t]*\/lib/ {print $1}' |
+        while read -r lib; do
+            [ -n "$lib" ] && [ -e "$lib" ] || continue
+            install -D -m 0755 "$(readlink -f "$lib")" "$ROOT$lib"
+        done
 }
+copy_with_libs "$(command -v busybox)" /bin/busybox
 copy_with_libs "$BIN" /gpuq/gpuq-node
 copy_with_libs "$(command -v mdadm)" /sbin/mdadm
 copy_with_libs "$(command -v dmsetup)" /sbin/dmsetup

@@ -18,7 +18,7 @@ echo 8 > /proc/sys/kernel/printk 2>/dev/null; echo 1 > /proc/sys/kernel/printk
 
 # Wait for the eight NVMe namespaces and the virtio disk.
 i=0
-while [ $i -lt 100 ]; do
+while [ $i -lt 600 ]; do
     n=$(ls -d /sys/block/nvme*n1 2>/dev/null | wc -l)
     [ "$n" -ge 8 ] && [ -e /sys/block/vda ] && break
     sleep 0.1; i=$((i + 1))
