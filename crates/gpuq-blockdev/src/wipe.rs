@@ -843,3 +843,107 @@ fn active_lease(jobs_dir: &Path) -> Result<Option<String>, String> {
         Err(e) => Err(format!("{}: {e}", p.display())),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NodeSection;
+
+    fn cfg(allow_loop: bool) -> NodeConfig {
+        NodeConfig {
+            node: NodeSection {
+                name: "t".into(),
+                socket: "/s".into(),
+                podman_socket: "/p".into(),
+                jobs_dir: "/j".into(),
+                test_dir: "/t".into(),
+                allow_loop_devices: allow_loop,
+            },
+            devices: Vec::new(),
+        }
+    }
+
+    fn ns(name: &str, serial: &str, nsid: u32, pci: &str) -> Disk {
+        Disk {
+            name: name.into(),
+            serial: Some(serial.into()),
+            nsid: Some(nsid),
+            pci: Some(pci.into()),
+            nvme_controller: Some("nvme0".into()),
+            ..Disk::default()
+        }
+    }
+
+    // PCI addresses that do not exist on any machine (domain ffff), so the
+    // driver lookup in the no-match path finds nothing.
+    const P1: &str = "ffff:00:01.0";
+
+    #[test]
+    fn resolves_by_serial_and_nsid() {
+        let disks = vec![ns("nvme0n1", "SN1", 1, P1), ns("nvme0n2", "SN1", 2, P1)];
+        let e = DeviceEntry {
+            serial: Some("SN1".into()),
+            pci: Some(P1.into()),
+            nsid: Some(2),
+            ..DeviceEntry::default()
+        };
+        assert_eq!(resolve(&cfg(false), &e, &disks).unwrap().name, "nvme0n2");
+    }
+
+    #[test]
+    fn several_namespaces_without_nsid_is_ambiguous() {
+        let disks = vec![ns("nvme0n1", "SN1", 1, P1), ns("nvme0n2", "SN1", 2, P1)];
+        let e = DeviceEntry {
+            serial: Some("SN1".into()),
+            pci: Some(P1.into()),
+            ..DeviceEntry::default()
+        };
+        let c = resolve(&cfg(false), &e, &disks).unwrap_err();
+        assert_eq!(c.check, Reason::IdentityMismatch);
+        assert!(c.detail.contains("ambiguous"), "{}", c.detail);
+    }
+
+    #[test]
+    fn unknown_serial_names_what_sits_at_the_address() {
+        let disks = vec![ns("nvme0n1", "SN1", 1, P1)];
+        let e = DeviceEntry {
+            serial: Some("SN9".into()),
+            pci: Some(P1.into()),
+            ..DeviceEntry::default()
+        };
+        let c = resolve(&cfg(false), &e, &disks).unwrap_err();
+        assert_eq!(c.check, Reason::IdentityMismatch);
+        assert!(c.detail.contains("nvme0n1 (serial SN1"), "{}", c.detail);
+    }
+
+    #[test]
+    fn loop_identity_needs_allow_loop_devices() {
+        let disks = vec![Disk {
+            name: "loop9".into(),
+            loop_backing_file: Some("/x/backing.img".into()),
+            ..Disk::default()
+        }];
+        let e = DeviceEntry {
+            loop_backing_file: Some("/x/backing.img".into()),
+            ..DeviceEntry::default()
+        };
+        let c = resolve(&cfg(false), &e, &disks).unwrap_err();
+        assert_eq!(c.check, Reason::NotAllowlisted);
+        assert_eq!(resolve(&cfg(true), &e, &disks).unwrap().name, "loop9");
+    }
+
+    #[test]
+    fn two_loops_on_one_file_are_ambiguous() {
+        let l = |n: &str| Disk {
+            name: n.into(),
+            loop_backing_file: Some("/x/b.img".into()),
+            ..Disk::default()
+        };
+        let e = DeviceEntry {
+            loop_backing_file: Some("/x/b.img".into()),
+            ..DeviceEntry::default()
+        };
+        let c = resolve(&cfg(true), &e, &[l("loop1"), l("loop2")]).unwrap_err();
+        assert!(c.detail.contains("ambiguous"));
+    }
+}
