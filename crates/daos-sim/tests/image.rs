@@ -14,13 +14,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gpuq_podman::testing::{PodmanService, TestImage};
 use gpuq_podman::{
     ContainerSpec, ExecSpec, ImageId, LibpodClient, LogOptions, LogStream, Mount, Namespace, Podman,
 };
+use gpuq_podman_harness::{PodmanService, TestImage};
 
 fn skip_reason() -> Option<String> {
-    if let Some(r) = gpuq_podman::testing::skip_reason() {
+    if let Some(r) = gpuq_podman_harness::skip_reason() {
         return Some(r);
     }
     let root = std::fs::read_to_string("/proc/self/status")

@@ -4,8 +4,8 @@
 
 use gpuq_nodesvc::profile::ServiceConfig;
 use gpuq_nodesvc::service::{NodeError, NodeService};
-use gpuq_podman::testing::{service_or_skip, PodmanService, TestImage};
 use gpuq_podman::{lease_labels, ContainerSpec, LibpodClient, Namespace, Podman, Role};
+use gpuq_podman_harness::{service_or_skip, PodmanService, TestImage};
 use gpuq_protocol::node::{PreflightRequest, StartRequest};
 use std::path::Path;
 

@@ -34,8 +34,6 @@ mod error;
 mod exec;
 mod image_id;
 mod logs;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod types;
 mod version;
 

@@ -1,16 +1,16 @@
 //! The libpod client against a real `podman system service`.
 //!
 //! Every test starts its own service on its own socket and storage (see
-//! `gpuq_podman::testing`), loads an image assembled in the harness through the client's
+//! `gpuq_podman_harness`), loads an image assembled in the harness through the client's
 //! image-load API, and proves one behaviour gpuq relies on.
 
 use std::time::{Duration, Instant};
 
-use gpuq_podman::testing::{service_or_skip, PodmanService, TestImage};
 use gpuq_podman::{
     lease_labels, ContainerSpec, Error, ExecSpec, ImageArchive, ImageId, LabelFilter, LibpodClient,
     LogOptions, Namespace, ObjectKind, Podman, Role, LABEL_ROLE,
 };
+use gpuq_podman_harness::{service_or_skip, PodmanService, TestImage};
 
 const TAG: &str = "localhost/gpuq-test:latest";
 

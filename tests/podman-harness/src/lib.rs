@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{ImageArchive, ImageId, LibpodClient, Podman};
+use gpuq_podman::{ImageArchive, ImageId, LibpodClient, Podman};
 use sha2::{Digest, Sha256};
 
 /// The settings from shared/testing/environment.md ("Podman (rootful)"):
