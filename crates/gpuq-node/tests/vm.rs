@@ -76,7 +76,10 @@ fn image(dir: &Path, name: &str, pattern: bool) -> PathBuf {
 fn run_ok(cmd: &str, args: &[&str], stdin: Option<&str>) {
     let mut c = Command::new(cmd)
         .args(args)
-        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
