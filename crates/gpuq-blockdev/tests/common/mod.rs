@@ -23,15 +23,25 @@ use std::time::Duration;
 
 pub const MIB: u64 = 1 << 20;
 
-/// Skip the calling test (returning from it) with a printed reason.
+/// Skip the calling test (returning from it) with a printed reason. Under
+/// CI (`CI` set) a missing requirement fails instead: CI installs
+/// everything (integration/install-deps), so a skip there is a bug.
 #[macro_export]
 macro_rules! require {
     ($cond:expr, $why:expr) => {
         if let Err(reason) = $cond {
-            eprintln!("skipped: {}: {reason}", $why);
+            $crate::common::skip($why, &reason);
             return;
         }
     };
+}
+
+/// Print the skip reason, or panic under CI.
+pub fn skip(why: &str, reason: &str) {
+    if std::env::var_os("CI").is_some_and(|v| !v.is_empty()) {
+        panic!("{why}: {reason}; CI must not skip (install it in integration/install-deps)");
+    }
+    eprintln!("skipped: {why}: {reason}");
 }
 
 /// Ok when we are root.
