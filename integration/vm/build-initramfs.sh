@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Build the initramfs for the block-device VM tests.
-#   build-initramfs.sh OUT.cpio.gz GPUQ_NODE_BINARY KERNEL_VERSION
+#   build-initramfs.sh OUT.cpio.gz GPUQ_NODE_BINARY KERNEL_VERSION [ROOTFS.img]
+# With ROOTFS.img, the same tree is also written into that image as an ext4
+# filesystem (mkfs.ext4 -d): the guest switches its root to it for the
+# "disk holding the root filesystem" scenario (/init2).
 # Contents: busybox (static), our dynamically linked gpuq-node with the
 # libraries ldd lists, mdadm and dmsetup likewise, the kernel modules the
 # tests need (dm-mod, md-mod, raid1, virtio-blk) and guest-init.sh as /init.
@@ -40,4 +43,14 @@ for m in kernel/drivers/md/dm-mod.ko kernel/drivers/md/md-mod.ko kernel/drivers/
     fi
 done
 install -m 0755 "$HERE/guest-init.sh" "$ROOT/init"
+install -m 0755 "$HERE/guest-root-stage.sh" "$ROOT/init2"
+install -m 0644 "$HERE/guest-lib.sh" "$ROOT/lib/gpuq-guest-lib.sh"
+# Applet links, so that the read-only second stage has them too.
+for a in $("$ROOT/bin/busybox" --list); do
+    [ -e "$ROOT/bin/$a" ] || ln -s busybox "$ROOT/bin/$a"
+done
+mkdir -p "$ROOT/newroot"
+if [ -n "${4:-}" ]; then
+    mkfs.ext4 -q -F -d "$ROOT" "$4"
+fi
 (cd "$ROOT" && find . | cpio -o -H newc --quiet | gzip -1) > "$OUT"

@@ -24,36 +24,7 @@ while [ $i -lt 600 ]; do
     sleep 0.1; i=$((i + 1))
 done
 
-# Kernel name of the namespace whose controller has serial $1.
-ns() {
-    for c in /sys/class/nvme/nvme*; do
-        s=$(cat "$c/serial" | tr -d ' ')
-        if [ "$s" = "$1" ]; then
-            for b in "$c"/nvme*n1; do basename "$b"; return; done
-        fi
-    done
-}
-hash_edges() {
-    sz=$(cat "/sys/block/$1/size" 2>/dev/null || echo 4096)
-    mib=$((sz / 2048))
-    { dd if="/dev/$1" bs=1M count=1 2>/dev/null; dd if="/dev/$1" bs=1M skip=$((mib - 1)) count=1 2>/dev/null; } | md5sum | cut -d' ' -f1
-}
-cfg() { # name, then one [[devices]] body per argument
-    f=/tmp/$1.toml; shift
-    printf '[node]\nname = "vm"\nsocket = "/run/n.sock"\npodman_socket = "/run/p.sock"\njobs_dir = "/run/jobs"\ntest_dir = "/run/test"\n' > "$f"
-    for e in "$@"; do printf '\n[[devices]]\n%b\n' "$e" >> "$f"; done
-    chmod 600 "$f"
-}
-run() { # scenario, device-to-hash, gpuq-node args...
-    name=$1; dev=$2; shift 2
-    before=$(hash_edges "$dev")
-    echo "GPUQ-BEGIN $name"
-    /gpuq/gpuq-node --config "/tmp/$name.toml" "$@" --json
-    rc=$?
-    after=$(hash_edges "$dev")
-    same=changed; [ "$before" = "$after" ] && same=same
-    echo "GPUQ-END $name $rc $same"
-}
+. /lib/gpuq-guest-lib.sh
 
 N1=$(ns SN-GPUQ-0001) N2=$(ns SN-GPUQ-0002) N3=$(ns SN-GPUQ-0003) N4=$(ns SN-GPUQ-0004)
 N5=$(ns SN-GPUQ-0005) N6=$(ns SN-GPUQ-0006) N7=$(ns SN-GPUQ-0007)
@@ -84,7 +55,16 @@ run hdd vda wipe --lease vm-1
 # Last: the real discard on a clean namespace (the host checks its file).
 cfg clean "$E1"
 run clean "$N1" wipe --lease vm-1
-echo "GPUQ-DONE"
 umount /boot 2>/dev/null
 sync
+# Second stage: make an NVMe namespace the root filesystem and check that
+# gpuq-node refuses the disk holding "/" (guest-root-stage.sh).
+N8=$(ns SN-GPUQ-0008)
+if [ -n "$N8" ] && mount -t ext4 -o ro "/dev/$N8" /newroot; then
+    mount -t tmpfs tmp /newroot/tmp
+    for d in proc sys dev run; do mount -o move "/$d" "/newroot/$d"; done
+    exec switch_root /newroot /init2 "$N8"
+fi
+echo "GPUQ-INFO no second stage (n8=$N8)"
+echo "GPUQ-DONE"
 poweroff -f

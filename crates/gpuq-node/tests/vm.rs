@@ -192,6 +192,10 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
         .collect();
     let n1_alloc = fs::metadata(&n1).unwrap().blocks() * 512;
 
+    // n8 becomes the guest's root filesystem in the second stage; the build
+    // script writes the initramfs tree into it.
+    let n8 = d.join("n8.img");
+    File::create(&n8).unwrap().set_len(128 * MIB).unwrap();
     let initrd = d.join("initramfs.cpio.gz");
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/vm/build-initramfs.sh");
@@ -202,6 +206,7 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
             initrd.to_str().unwrap(),
             BIN,
             &kver,
+            n8.to_str().unwrap(),
         ],
         None,
     );
@@ -237,7 +242,7 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
         "-append".into(),
         "console=ttyS0 panic=-1 quiet loglevel=1".into(),
     ]);
-    for (i, img) in [&n1, &n2, &n3, &n4, &n5, &n6, &n7].iter().enumerate() {
+    for (i, img) in [&n1, &n2, &n3, &n4, &n5, &n6, &n7, &n8].iter().enumerate() {
         let id = format!("n{}", i + 1);
         args.push("-drive".into());
         args.push(format!(
@@ -291,6 +296,7 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
         ("dm_holder", "holders", "dm-0"),
         ("no_discard", "discard_unsupported", ""),
         ("os_disk", "os_disk", ""),
+        ("root_disk", "os_disk", ""),
         ("hdd", "rotational", ""),
     ];
     for (name, reason, needle) in expect {
