@@ -2,8 +2,7 @@
 //!
 //! Thin by design (ripgrep/youki style): parse the command line, call the
 //! library, render, exit with a code from [`Exit`]. The device work lives in
-//! `gpuq-blockdev`. A later `serve` subcommand (the node daemon) is added as
-//! one more [`Command`] variant and one more file under `commands/`.
+//! `gpuq-blockdev`; the daemon (`serve`) in `gpuq-nodesvc`.
 
 mod commands;
 mod output;
@@ -19,7 +18,7 @@ const DEFAULT_CONFIG: &str = "/etc/gpuqueue-daos/node.toml";
 #[derive(Debug, Parser)]
 #[command(name = "gpuq-node", version, about = "gpuq storage-node helper")]
 struct Cli {
-    /// Node configuration file (TOML: [node] and [[devices]]).
+    /// Node configuration file (TOML: [node], [[devices]], [profiles.NAME]).
     #[arg(long, global = true, value_name = "FILE", default_value = DEFAULT_CONFIG)]
     config: PathBuf,
     #[command(subcommand)]
@@ -32,6 +31,8 @@ enum Command {
     Devices(commands::devices::Args),
     /// Check, discard and verify every allowlisted device for a lease.
     Wipe(commands::wipe::Args),
+    /// Run the node daemon: the lease API on the root-only socket.
+    Serve,
 }
 
 /// Process exit codes. Scripts rely on these.
@@ -65,8 +66,9 @@ fn main() -> ExitCode {
         }
     };
     let exit = match cli.command {
-        Command::Devices(a) => commands::devices::run(&cfg, &a),
-        Command::Wipe(a) => commands::wipe::run(&cfg, &a),
+        Command::Devices(a) => commands::devices::run(&cfg.node, &a),
+        Command::Wipe(a) => commands::wipe::run(&cfg.node, &a),
+        Command::Serve => commands::serve::run(cfg),
     };
     exit.into()
 }

@@ -1,17 +1,20 @@
 //! One file per subcommand, each a small adapter over `gpuq-blockdev`.
 
 pub mod devices;
+pub mod serve;
 pub mod wipe;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use gpuq_blockdev::NodeConfig;
+use gpuq_nodesvc::profile::ServiceConfig;
 
 /// Load the configuration, refusing one that someone other than root could
 /// have changed when we run as root (sshd StrictModes style): the allowlist
 /// decides what gets destroyed.
-pub fn load_config(path: &Path) -> Result<NodeConfig, String> {
+/// The file holds `[node]`, `[[devices]]` and the `[profiles.*]` that only
+/// `serve` uses; every verb reads and validates all of it.
+pub fn load_config(path: &Path) -> Result<ServiceConfig, String> {
     let meta = std::fs::metadata(path)
         .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
     if nix::unistd::geteuid().is_root() {
@@ -31,5 +34,5 @@ pub fn load_config(path: &Path) -> Result<NodeConfig, String> {
             ));
         }
     }
-    NodeConfig::load(path).map_err(|e| e.to_string())
+    ServiceConfig::load(path).map_err(|e| e.to_string())
 }
