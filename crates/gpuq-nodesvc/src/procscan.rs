@@ -107,7 +107,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("daos_server");
         std::fs::copy("/bin/sleep", &fake).unwrap();
-        let mut child = std::process::Command::new(&fake).arg("30").spawn().unwrap();
+        // Retry ETXTBSY: a child forked by another test thread may briefly
+        // hold the copy open for writing.
+        let mut tries = 0;
+        let mut child = loop {
+            match std::process::Command::new(&fake).arg("30").spawn() {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        };
         let found = (0..50).find_map(|_| {
             let s = scan().unwrap();
             let hit = s.into_iter().find(|p| p.pid == child.id() as i32);

@@ -253,14 +253,26 @@ impl LoopDev {
             }
             None => PathBuf::from("/bin/sleep"),
         };
-        let f = File::open(&self.dev).unwrap();
-        let child = Command::new(prog)
-            .arg("600")
-            .stdin(Stdio::from(f))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        // A copy just written may still be open for writing in a child that
+        // another test thread forked meanwhile (until that child execs):
+        // exec then fails with ETXTBSY. Retry briefly.
+        let mut tries = 0;
+        let child = loop {
+            let f = File::open(&self.dev).unwrap();
+            match Command::new(&prog)
+                .arg("600")
+                .stdin(Stdio::from(f))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other.unwrap(),
+            }
+        };
         let pid = child.id();
         self.children.push(child);
         // Wait until the child has really started with the fd.
