@@ -407,17 +407,52 @@ wait_node() { # NODE: until sshd answers over ssh from cxl2 and podman pings
 # dir $hd/test, podman socket $(podman_sock "$n"), socket $hd/run/node.sock),
 # start `setsid nsenter --net=... "$bin" --config ... serve` like sshd above,
 # `record pid "$n" gpuq-node $!`, and wait for its socket in wait_node.
+node_sock() { echo "$D/$1/run/node.sock"; }
+node_conf() { echo "$D/$1/etc/node.toml"; }
+
+# The node helper, `gpuq-node serve`, in the node's network namespace, on
+# that node's own socket, Podman, jobs and test dirs. With
+# GPUQ_CLUSTER_PROFILE_IMAGE (a full sha256 image ID, e.g. the DAOS
+# simulator's) the node gets a test-mode profile "test" pinned to it.
 step_node_helper() { # NODE
-  local n=$1 bin=${GPUQ_NODE_BIN:-${GPUQ_BIN_DIR:-$REPO_ROOT/target/debug}/gpuq-node}
+  local n=$1 hd conf pid bin=${GPUQ_NODE_BIN:-${GPUQ_BIN_DIR:-$REPO_ROOT/target/debug}/gpuq-node}
   if [[ ! -x $bin ]]; then
     log "$n" "NOTE: no $bin; node helper skipped (build it: cargo build -p gpuq-node)"
     return 0
   fi
-  if ! "$bin" --help 2>/dev/null | grep -qw serve; then
-    log "$n" "NOTE: $bin has no 'serve' verb yet; node helper skipped"
-    return 0
-  fi
-  log "$n" "NOTE: $bin has 'serve', but the harness step is not written yet (see step_node_helper)"
+  hd=$(host_dir "$n")
+  conf=$(node_conf "$n")
+  {
+    echo "# Written by integration/cluster for node $n (test mode only)."
+    echo "[node]"
+    echo "name = \"$n\""
+    echo "socket = \"$(node_sock "$n")\""
+    echo "podman_socket = \"$(podman_sock "$n")\""
+    echo "jobs_dir = \"$hd/jobs\""
+    echo "test_dir = \"$hd/test\""
+    if [[ -n ${GPUQ_CLUSTER_PROFILE_IMAGE:-} ]]; then
+      echo
+      echo "[profiles.test]"
+      echo "image = \"$GPUQ_CLUSTER_PROFILE_IMAGE\""
+      echo "daos_version = \"2.8.0\""
+      echo "mode = \"test\""
+      echo "port = 10001"
+      echo "fabric_iface = \"eth0\""
+    fi
+  } >"$conf"
+  chmod 644 "$conf"
+  GPUQ_LOG=info setsid nsenter --net="/run/netns/$(ns_of "$n")" \
+    "$bin" --config "$conf" serve </dev/null >>"$D/logs/$n-node.log" 2>&1 &
+  pid=$!
+  record pid "$n" node "$pid"
+  local i
+  for i in $(seq 200); do
+    [[ -S $(node_sock "$n") ]] && break
+    pid_alive "$pid" || die "$n" "gpuq-node exited; see $D/logs/$n-node.log"
+    sleep 0.05
+  done
+  [[ -S $(node_sock "$n") ]] || die "$n" "gpuq-node did not bind $(node_sock "$n")"
+  log "$n" "gpuq-node pid $pid, socket $(node_sock "$n"), log $D/logs/$n-node.log"
 }
 
 # POST an image archive (docker-archive or oci-archive tar) to a node's API.

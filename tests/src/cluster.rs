@@ -152,10 +152,16 @@ impl Cluster {
     /// Bring a cluster up (panics with `up`'s log if it fails, after
     /// tearing down whatever it created).
     pub fn up(name: &str) -> Self {
+        Self::up_with(name, &[])
+    }
+
+    /// `up` with extra environment (e.g. `GPUQ_CLUSTER_PROFILE_IMAGE`).
+    pub fn up_with(name: &str, env: &[(&str, &str)]) -> Self {
         let id = ClusterId::unique(name);
         let t0 = Instant::now();
         let out = id
             .command("up")
+            .envs(env.iter().copied())
             .output()
             .expect("run integration/cluster/up");
         let up_time = t0.elapsed();
@@ -181,6 +187,11 @@ impl Cluster {
     /// A node's Podman API socket.
     pub fn podman_sock(&self, node: &str) -> PathBuf {
         self.dir().join(node).join("run").join("podman.sock")
+    }
+
+    /// A node's gpuq-node API socket.
+    pub fn node_sock(&self, node: &str) -> PathBuf {
+        self.dir().join(node).join("run").join("node.sock")
     }
 
     pub fn ssh_config(&self) -> PathBuf {

@@ -216,7 +216,33 @@ fn harness_self_test() {
     let _ = fwd.wait();
     let _ = std::fs::remove_file(&local);
 
-    // 6. Status says all is well.
+    // 6. Each node runs its own gpuq-node in test mode; the broker's path to
+    //    it is an SSH unix-socket forward from cxl2, and the helper answers
+    //    for its own node only.
+    for n in NODES {
+        let local = c
+            .dir()
+            .join("cxl2")
+            .join("run")
+            .join(format!("{n}-node.sock"));
+        let mut fwd = c.forward(n, &local, &c.node_sock(n));
+        let up = eventually(10, || local.exists());
+        if !up {
+            let _ = fwd.kill();
+            let out = fwd.wait_with_output().unwrap();
+            panic!("node forward for {n} never appeared: {}", stderr(&out));
+        }
+        let (code, body) = c.http(&local, "GET", "/v1/status", None);
+        assert_eq!(code, 200, "gpuq-node status on {n}: {body}");
+        let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(st["node"], n, "{st}");
+        assert!(st["lease"].is_null(), "{st}");
+        let _ = fwd.kill();
+        let _ = fwd.wait();
+        let _ = std::fs::remove_file(&local);
+    }
+
+    // 7. Status says all is well.
     let status = c.id.command("status").output().unwrap();
     assert!(
         status.status.success(),
@@ -406,4 +432,119 @@ fn refuses_dangerous_cluster_dirs() {
         stderr(&out)
     );
     assert_eq!(kept.unwrap(), "keep me");
+}
+
+/// A fake `daos_server` (a copy of sleep) started inside `host`'s network
+/// namespace; killed by PID on drop.
+struct FakeEngine(std::process::Child);
+
+impl FakeEngine {
+    fn start(c: &Cluster, host: &str) -> Self {
+        let bin = c.dir().join(host).join("daos_server");
+        if !bin.exists() {
+            std::fs::copy("/bin/sleep", &bin).unwrap();
+        }
+        let mut tries = 0;
+        loop {
+            match std::process::Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{}", c.id.namespace(host)))
+                .arg(&bin)
+                .arg("300")
+                .spawn()
+            {
+                Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                other => {
+                    let child = other.unwrap();
+                    // nsenter execs the command: wait until it has.
+                    let pid = child.id();
+                    assert!(eventually(10, || std::fs::read_to_string(format!(
+                        "/proc/{pid}/cmdline"
+                    ))
+                    .is_ok_and(|c| c.contains("daos_server"))));
+                    return FakeEngine(child);
+                }
+            }
+        }
+    }
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for FakeEngine {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The five hosts share one kernel and one /proc: a node's preflight must
+/// count only the DAOS processes of its own network namespace. da1 does not
+/// take da2's server for a foreign engine, and does refuse one in its own.
+#[test]
+fn preflight_sees_only_its_own_nodes_engines() {
+    require_cluster_env!();
+    let pin = format!("sha256:{}", "ab".repeat(32));
+    let c = Cluster::up_with("scope", &[("GPUQ_CLUSTER_PROFILE_IMAGE", &pin)]);
+    let preflight = |node: &str| -> Vec<(String, String)> {
+        let (code, body) = c.http(
+            &c.node_sock(node),
+            "POST",
+            "/v1/preflight",
+            Some(r#"{"lease":"L1","profile":"test"}"#),
+        );
+        assert_eq!(code, 200, "{node}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["reason"].as_str().unwrap().to_string(),
+                    f["detail"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    // The pin is not loaded anywhere: every node reports that, and nothing else.
+    for n in NODES {
+        let f = preflight(n);
+        assert_eq!(
+            f.iter().map(|(r, _)| r.as_str()).collect::<Vec<_>>(),
+            ["image_missing"],
+            "{n}: {f:?}"
+        );
+    }
+    let on_da2 = FakeEngine::start(&c, "da2");
+    let da1 = preflight("da1");
+    assert!(
+        !da1.iter().any(|(r, _)| r == "foreign_engine"),
+        "da1 took da2's server for its own: {da1:?}"
+    );
+    let da2 = preflight("da2");
+    assert!(
+        da2.iter()
+            .any(|(r, d)| r == "foreign_engine" && d.contains(&format!("pid {}", on_da2.pid()))),
+        "{da2:?}"
+    );
+    let on_da1 = FakeEngine::start(&c, "da1");
+    let da1 = preflight("da1");
+    let engines: Vec<&String> = da1
+        .iter()
+        .filter(|(r, _)| r == "foreign_engine")
+        .map(|(_, d)| d)
+        .collect();
+    assert_eq!(engines.len(), 1, "{da1:?}");
+    assert!(
+        engines[0].contains(&format!("pid {}", on_da1.pid())),
+        "{da1:?}"
+    );
+    drop(on_da1);
+    drop(on_da2);
+    let (out, _) = c.down();
+    assert!(out.status.success(), "{}", stderr(&out));
 }
