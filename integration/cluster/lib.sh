@@ -370,8 +370,16 @@ node_podman() { # NODE ARGS...
   shift
   hd=$(host_dir "$n")
   [[ -n ${PODMAN_TIMEOUT:-} ]] && limit=(timeout "$PODMAN_TIMEOUT")
+  # Inside the node's network namespace: `podman exec` and `podman run`
+  # with a host network put the process in the *caller's* namespace, and
+  # from the root namespace a node address would be routed out of the
+  # machine (never send traffic to addresses we did not create).
+  # (`down` after a crash may find the namespace gone: removing containers
+  # sends no traffic, so it then runs where it is.)
+  local enter=()
+  [[ -e /run/netns/$(ns_of "$n") ]] && enter=(nsenter --net="/run/netns/$(ns_of "$n")")
   CONTAINERS_CONF=$(containers_conf "$n") TMPDIR=$hd/podman/vartmp \
-    "${limit[@]}" podman --root "$hd/podman/root" --runroot "$hd/podman/run" \
+    "${limit[@]}" "${enter[@]}" podman --root "$hd/podman/root" --runroot "$hd/podman/run" \
     --tmpdir "$hd/podman/tmp" "$@"
 }
 

@@ -10,8 +10,9 @@
 //! - 2.8 (and 2.6.5) refuse to start while transparent hugepages are not
 //!   `[never]` unless `allow_thp: true`.
 //!
-//! Only keys listed in shared/spec/daos.md are written (server logs go to
-//! the container's output, which the node helper keeps per lease).
+//! Only keys listed in shared/spec/daos.md are written, plus `fault_path`
+//! (a documented server key) where hosts share a hostname; server logs go
+//! to the container's output, which the node helper keeps per lease.
 //!
 //! Every value is validated to a small character set before it is written,
 //! so the output needs no YAML quoting rules beyond single quotes, and no
@@ -82,6 +83,9 @@ pub struct ServerConfig {
     pub disable_hugepages: bool,
     /// Only where the host cannot set THP to `[never]`.
     pub allow_thp: bool,
+    /// The server's fault domain, e.g. `/da1`. DAOS derives it from the
+    /// hostname when absent; set it where hosts share one hostname.
+    pub fault_path: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -176,6 +180,9 @@ impl ServerConfig {
             return Err(RenderError::Shape("port 0 is not a control port".into()));
         }
         path("control_metadata", &self.control_metadata)?;
+        if let Some(fp) = &self.fault_path {
+            path("fault_path", fp)?;
+        }
         if self.engines.is_empty() {
             return Err(RenderError::Shape("no engines".into()));
         }
@@ -249,6 +256,9 @@ impl ServerConfig {
         let _ = writeln!(y, "transport_config:\n  allow_insecure: true");
         let _ = writeln!(y, "control_metadata:\n  path: {}", self.control_metadata);
         let _ = writeln!(y, "disable_vfio: true");
+        if let Some(fp) = &self.fault_path {
+            let _ = writeln!(y, "fault_path: {fp}");
+        }
         if self.disable_hugepages {
             let _ = writeln!(y, "disable_hugepages: true");
         }
@@ -307,6 +317,7 @@ mod tests {
             }],
             disable_hugepages: false,
             allow_thp: false,
+            fault_path: None,
         }
     }
 
@@ -342,6 +353,10 @@ mod tests {
         let y = t.render().unwrap();
         assert!(y.contains("class: file\n        bdev_list: ['/var/lib/gpuqueue-daos-test/L42/bdev0']\n        bdev_size: 16\n"), "{y}");
         assert!(y.contains("\ndisable_hugepages: true\n"));
+        t.fault_path = Some("/da3".into());
+        assert!(t.render().unwrap().contains("\nfault_path: /da3\n"));
+        t.fault_path = Some("da3".into());
+        assert!(t.render().is_err(), "a fault path is absolute");
     }
 
     #[test]

@@ -426,6 +426,9 @@ impl<P: Podman> NodeService<P> {
             }],
             disable_hugepages: profile.mode == Mode::Test,
             allow_thp: false,
+            // One fault domain per node, named after it: the test cluster's
+            // nodes share one hostname, and a site's names are clearer anyway.
+            fault_path: Some(format!("/{}", self.node_name())),
         }
         .render()
         .map_err(|e| NodeError::BadRequest(e.to_string()))?;
