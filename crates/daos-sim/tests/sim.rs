@@ -88,10 +88,21 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
 
     // On-disk effects: superblock, raft dir, bdev header in a sparse file.
     for s in &c.servers {
-        let sb: Value = serde_json::from_slice(
-            &fs::read(s.md.join("daos_control/engine0/superblock")).unwrap(),
-        )
-        .unwrap();
+        // The server records its rank in the superblock after the MS's
+        // join reply reaches it, which may be a moment after the MS lists
+        // the member as joined.
+        let read_sb = || -> Value {
+            serde_json::from_slice(&fs::read(s.md.join("daos_control/engine0/superblock")).unwrap())
+                .unwrap()
+        };
+        let mut sb = read_sb();
+        for _ in 0..100 {
+            if !sb["rank"].is_null() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            sb = read_sb();
+        }
         assert_eq!(sb["uuid"].as_str().unwrap().len(), 36);
         assert!(s.md.join("daos_control/control_raft").is_dir());
         let mut head = [0u8; 14];
@@ -127,10 +138,21 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
     assert_eq!(v["response"]["providers"], serde_json::json!(["ofi+tcp"]));
     // Ranks recorded in the superblocks match the MS's view.
     for s in &c.servers {
-        let sb: Value = serde_json::from_slice(
-            &fs::read(s.md.join("daos_control/engine0/superblock")).unwrap(),
-        )
-        .unwrap();
+        // The server records its rank in the superblock after the MS's
+        // join reply reaches it, which may be a moment after the MS lists
+        // the member as joined.
+        let read_sb = || -> Value {
+            serde_json::from_slice(&fs::read(s.md.join("daos_control/engine0/superblock")).unwrap())
+                .unwrap()
+        };
+        let mut sb = read_sb();
+        for _ in 0..100 {
+            if !sb["rank"].is_null() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            sb = read_sb();
+        }
         let m = members
             .iter()
             .find(|m| m["uuid"] == sb["uuid"])
