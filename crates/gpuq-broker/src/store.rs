@@ -77,25 +77,7 @@ impl Job {
     }
 
     pub fn view(&self) -> JobView {
-        JobView {
-            id: self.id,
-            uid: self.uid,
-            user: self.user.clone(),
-            state: self.state,
-            name: self.name.clone(),
-            argv: self.argv.clone(),
-            cwd: self.cwd.clone(),
-            inst: self.inst.clone(),
-            stor: self.stor.clone(),
-            submitted_at: self.submitted_at,
-            started_at: self.started_at,
-            ended_at: self.ended_at,
-            time_limit_secs: self.time_limit_secs,
-            exit_code: self.exit_code,
-            signal: self.signal,
-            reason: self.reason.clone(),
-            log_path: self.log_path.display().to_string(),
-        }
+        self.clone().into_view()
     }
 }
 
@@ -256,17 +238,9 @@ impl Store {
         states: Option<&[JobState]>,
         with_env: bool,
     ) -> Result<Vec<Job>, StoreError> {
-        let filter = match states {
-            Some(states) => format!(
-                "WHERE state IN ({})",
-                states
-                    .iter()
-                    .map(|s| format!("'{}'", s.as_str()))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-            None => String::new(),
-        };
+        let filter = states.map_or(String::new(), |st| {
+            format!("WHERE state IN ({})", in_list(st))
+        });
         let columns = if with_env {
             COLUMNS.to_string()
         } else {
@@ -289,17 +263,9 @@ impl Store {
         states: Option<&[JobState]>,
         mut f: impl FnMut(JobView),
     ) -> Result<(), StoreError> {
-        let filter = match states {
-            Some(states) => format!(
-                "WHERE state IN ({})",
-                states
-                    .iter()
-                    .map(|s| format!("'{}'", s.as_str()))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            ),
-            None => String::new(),
-        };
+        let filter = states.map_or(String::new(), |st| {
+            format!("WHERE state IN ({})", in_list(st))
+        });
         let columns = COLUMNS.replace(" env,", " '[]',");
         let mut bad = None;
         self.with(|c| {
@@ -342,11 +308,7 @@ impl Store {
 
     /// How many jobs are in `states` (and older than `before`, if given).
     pub fn count(&self, states: &[JobState], before: Option<JobId>) -> Result<usize, StoreError> {
-        let list = states
-            .iter()
-            .map(|s| format!("'{}'", s.as_str()))
-            .collect::<Vec<_>>()
-            .join(",");
+        let list = in_list(states);
         let before = before.map_or(i64::MAX, |b| b.0 as i64);
         self.with(|c| {
             c.prepare_cached(&format!(
@@ -388,6 +350,15 @@ impl Store {
         })?;
         Ok(n == 1)
     }
+}
+
+/// `'queued','running'`: states are our own constants, never user input.
+fn in_list(states: &[JobState]) -> String {
+    states
+        .iter()
+        .map(|s| format!("'{}'", s.as_str()))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `<log_root>/<uid>/gpuq-<id>.log`
