@@ -1,0 +1,558 @@
+//! The lease state machine (architecture.md, "The lease state machine").
+//!
+//! ```text
+//!  gated ─▶ preparing ─▶ running ─▶ cleaning ─▶ released
+//!              │            │          │
+//!              └────────────┴──────────┘ fail/timeout/cancel → cleaning
+//!  cleaning fails, broker killed, host reboots ─▶ held (blocks ALL jobs)
+//!  held ─ recover ─▶ cleaning (from the first unconfirmed step)
+//! ```
+//!
+//! Every transition is written durably (temp + fsync + rename + fsync dir)
+//! **before** the caller acts on it: [`LeaseStore::create`] writes
+//! `<lease>.json` and `active.json` before any node is touched; a cleanup
+//! step is recorded as confirmed only after all four nodes confirmed it.
+//! On start, [`LeaseStore::open`] finds an unreleased lease and holds it:
+//! never silently continue. The hold is `blocked.json`, which the broker's
+//! gate reads on every decision; only a cleanup that confirms every
+//! remaining step ([`LeaseStore::release`]) removes it — `unlock` cannot.
+//!
+//! Nothing here knows gpuq's queue: a Slurm prolog/epilog can drive the
+//! same records.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+/// The cleanup steps, in the order mission.md §4 step 7 fixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CleanupStep {
+    /// End the experiment's cgroup (its unit).
+    KillJob,
+    /// Remove client containers (daos-exec) still running.
+    RemoveClients,
+    /// Stop the agent (it evicts pool handles while servers are up).
+    StopAgent,
+    /// `dmg system stop` (retry with --force).
+    SystemStop,
+    /// Stop all four server containers and confirm.
+    StopServers,
+    /// Wipe all four nodes (devices or test dirs) and confirm.
+    Wipe,
+}
+
+impl CleanupStep {
+    pub const ALL: [CleanupStep; 6] = [
+        CleanupStep::KillJob,
+        CleanupStep::RemoveClients,
+        CleanupStep::StopAgent,
+        CleanupStep::SystemStop,
+        CleanupStep::StopServers,
+        CleanupStep::Wipe,
+    ];
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum Phase {
+    /// Preflight, server start, format, join.
+    Preparing,
+    /// The experiment runs.
+    Running,
+    /// Tearing down; `done` holds the confirmed steps.
+    Cleaning,
+    /// Cleanup did not finish: every job waits until `recover` succeeds.
+    Held {
+        step: Option<CleanupStep>,
+        node: Option<String>,
+        reason: String,
+    },
+    /// All steps confirmed on all nodes; the lease is over.
+    Released,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub time: i64,
+    pub what: String,
+}
+
+/// `<state_dir>/<lease>.json`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub lease: String,
+    /// The job (or Slurm job) the lease serves.
+    pub owner: String,
+    pub profile: String,
+    pub created_at: i64,
+    #[serde(flatten)]
+    pub phase: Phase,
+    /// Cleanup steps confirmed on all nodes.
+    pub done: Vec<CleanupStep>,
+    pub history: Vec<Event>,
+}
+
+impl Lease {
+    /// The first cleanup step not yet confirmed (where `recover` resumes).
+    pub fn next_step(&self) -> Option<CleanupStep> {
+        CleanupStep::ALL
+            .into_iter()
+            .find(|s| !self.done.contains(s))
+    }
+}
+
+/// `blocked.json`: the recovery hold, as the broker's gate reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Blocked {
+    pub lease: String,
+    pub reason: String,
+    pub since: i64,
+    pub step: Option<CleanupStep>,
+    pub node: Option<String>,
+}
+
+#[derive(Debug, Error)]
+pub enum LeaseError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is unreadable ({why}); the lease stays held — fix the file, do not delete it")]
+    Corrupt { path: PathBuf, why: String },
+    #[error("lease {active} is still active; a new lease needs it released first")]
+    Busy { active: String },
+    #[error("lease {lease}: cannot go from {from} to {to}")]
+    Transition {
+        lease: String,
+        from: String,
+        to: String,
+    },
+    #[error("lease name '{0}' is not valid: 1-64 letters, digits, - and _")]
+    Name(String),
+}
+
+fn phase_name(p: &Phase) -> &'static str {
+    match p {
+        Phase::Preparing => "preparing",
+        Phase::Running => "running",
+        Phase::Cleaning => "cleaning",
+        Phase::Held { .. } => "held",
+        Phase::Released => "released",
+    }
+}
+
+/// The lease records under one state directory.
+#[derive(Debug, Clone)]
+pub struct LeaseStore {
+    dir: PathBuf,
+}
+
+fn valid_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && !s.starts_with('-')
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+impl LeaseStore {
+    /// Open the store. If a lease is active and not released (the broker
+    /// died, the host rebooted), it is put on hold here — before the caller
+    /// can start anything.
+    pub fn open(dir: &Path, now: i64) -> Result<(Self, Option<Lease>), LeaseError> {
+        let store = LeaseStore {
+            dir: dir.to_path_buf(),
+        };
+        let Some(active) = store.active()? else {
+            return Ok((store, None));
+        };
+        let mut lease = store.load(&active)?;
+        match lease.phase {
+            Phase::Released => {
+                // Released but the pointer survived a crash: finish the release.
+                store.remove(&store.dir.join("active.json"))?;
+                return Ok((store, None));
+            }
+            Phase::Held { .. } => {}
+            _ => {
+                let reason = format!(
+                    "the broker stopped while the lease was {}; cleanup must be confirmed",
+                    phase_name(&lease.phase)
+                );
+                store.hold(&mut lease, None, None, &reason, now)?;
+            }
+        }
+        Ok((store, Some(lease)))
+    }
+
+    fn path(&self, lease: &str) -> PathBuf {
+        self.dir.join(format!("{lease}.json"))
+    }
+
+    fn active(&self) -> Result<Option<String>, LeaseError> {
+        let p = self.dir.join("active.json");
+        match std::fs::read(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(LeaseError::Io { path: p, source }),
+            Ok(b) => {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&b).map_err(|e| LeaseError::Corrupt {
+                        path: p.clone(),
+                        why: e.to_string(),
+                    })?;
+                v.get("lease")
+                    .and_then(|l| l.as_str())
+                    .map(|l| Some(l.to_string()))
+                    .ok_or(LeaseError::Corrupt {
+                        path: p,
+                        why: "no lease name".into(),
+                    })
+            }
+        }
+    }
+
+    pub fn load(&self, lease: &str) -> Result<Lease, LeaseError> {
+        let p = self.path(lease);
+        let b = std::fs::read(&p).map_err(|source| LeaseError::Io {
+            path: p.clone(),
+            source,
+        })?;
+        serde_json::from_slice(&b).map_err(|e| LeaseError::Corrupt {
+            path: p,
+            why: e.to_string(),
+        })
+    }
+
+    /// The hold, if any (`blocked.json`).
+    pub fn blocked(&self) -> Result<Option<Blocked>, LeaseError> {
+        let p = self.dir.join("blocked.json");
+        match std::fs::read(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(LeaseError::Io { path: p, source }),
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| LeaseError::Corrupt {
+                    path: p,
+                    why: e.to_string(),
+                }),
+        }
+    }
+
+    /// A new lease in `preparing`, durable (with `active.json`) before the
+    /// caller touches any node. Refused while another lease is active.
+    pub fn create(
+        &self,
+        lease: &str,
+        owner: &str,
+        profile: &str,
+        now: i64,
+    ) -> Result<Lease, LeaseError> {
+        if !valid_name(lease) {
+            return Err(LeaseError::Name(lease.to_string()));
+        }
+        if let Some(active) = self.active()? {
+            return Err(LeaseError::Busy { active });
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|source| LeaseError::Io {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let l = Lease {
+            lease: lease.to_string(),
+            owner: owner.to_string(),
+            profile: profile.to_string(),
+            created_at: now,
+            phase: Phase::Preparing,
+            done: vec![],
+            history: vec![Event {
+                time: now,
+                what: "created".into(),
+            }],
+        };
+        self.save(&l)?;
+        self.write(
+            &self.dir.join("active.json"),
+            &serde_json::json!({"lease": lease, "since": now}),
+        )?;
+        Ok(l)
+    }
+
+    /// Move to `to`, durably, if the state machine allows it.
+    pub fn transition(&self, l: &mut Lease, to: Phase, now: i64) -> Result<(), LeaseError> {
+        let ok = matches!(
+            (&l.phase, &to),
+            (Phase::Preparing, Phase::Running)
+                | (Phase::Preparing, Phase::Cleaning)
+                | (Phase::Running, Phase::Cleaning)
+                | (Phase::Held { .. }, Phase::Cleaning)
+        );
+        if !ok {
+            return Err(LeaseError::Transition {
+                lease: l.lease.clone(),
+                from: phase_name(&l.phase).into(),
+                to: phase_name(&to).into(),
+            });
+        }
+        l.history.push(Event {
+            time: now,
+            what: format!("{} -> {}", phase_name(&l.phase), phase_name(&to)),
+        });
+        l.phase = to;
+        self.save(l)
+    }
+
+    /// Record that `step` was confirmed on every node.
+    pub fn step_done(
+        &self,
+        l: &mut Lease,
+        step: CleanupStep,
+        detail: &str,
+        now: i64,
+    ) -> Result<(), LeaseError> {
+        if l.phase != Phase::Cleaning {
+            return Err(LeaseError::Transition {
+                lease: l.lease.clone(),
+                from: phase_name(&l.phase).into(),
+                to: format!("{step:?} done"),
+            });
+        }
+        if !l.done.contains(&step) {
+            l.done.push(step);
+            l.done.sort();
+        }
+        l.history.push(Event {
+            time: now,
+            what: format!("{step:?} confirmed: {detail}"),
+        });
+        self.save(l)
+    }
+
+    /// Hold: `blocked.json` first (it is what stops every job), then the lease.
+    pub fn hold(
+        &self,
+        l: &mut Lease,
+        step: Option<CleanupStep>,
+        node: Option<&str>,
+        reason: &str,
+        now: i64,
+    ) -> Result<(), LeaseError> {
+        let b = Blocked {
+            lease: l.lease.clone(),
+            reason: reason.to_string(),
+            since: now,
+            step,
+            node: node.map(str::to_string),
+        };
+        self.write(&self.dir.join("blocked.json"), &b)?;
+        l.history.push(Event {
+            time: now,
+            what: format!("held: {reason}"),
+        });
+        l.phase = Phase::Held {
+            step,
+            node: node.map(str::to_string),
+            reason: reason.to_string(),
+        };
+        self.save(l)
+    }
+
+    /// Released: only when every cleanup step is confirmed. Removes
+    /// `active.json` and the hold; the lease record stays as history.
+    pub fn release(&self, l: &mut Lease, now: i64) -> Result<(), LeaseError> {
+        if l.phase != Phase::Cleaning || l.next_step().is_some() {
+            return Err(LeaseError::Transition {
+                lease: l.lease.clone(),
+                from: format!(
+                    "{} with {:?} unconfirmed",
+                    phase_name(&l.phase),
+                    l.next_step()
+                ),
+                to: "released".into(),
+            });
+        }
+        l.phase = Phase::Released;
+        l.history.push(Event {
+            time: now,
+            what: "released".into(),
+        });
+        self.save(l)?;
+        self.remove(&self.dir.join("blocked.json"))?;
+        self.remove(&self.dir.join("active.json"))
+    }
+
+    fn save(&self, l: &Lease) -> Result<(), LeaseError> {
+        self.write(&self.path(&l.lease), l)
+    }
+
+    fn write<T: Serialize>(&self, path: &Path, v: &T) -> Result<(), LeaseError> {
+        let io = |source| LeaseError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension("json.tmp");
+        let bytes = serde_json::to_vec_pretty(v).unwrap_or_default();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(io)?;
+        f.write_all(&bytes).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)?;
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io)
+    }
+
+    fn remove(&self, path: &Path) -> Result<(), LeaseError> {
+        match std::fs::remove_file(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(source) => {
+                return Err(LeaseError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        }
+        std::fs::File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| LeaseError::Io {
+                path: self.dir.clone(),
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, LeaseStore) {
+        let d = tempfile::tempdir().unwrap();
+        let (s, held) = LeaseStore::open(d.path(), 1).unwrap();
+        assert!(held.is_none());
+        (d, s)
+    }
+
+    #[test]
+    fn the_lease_is_durable_before_any_node_is_touched() {
+        let (d, s) = store();
+        let l = s.create("L1", "job 7", "inst1", 10).unwrap();
+        assert_eq!(l.phase, Phase::Preparing);
+        assert!(d.path().join("L1.json").exists() && d.path().join("active.json").exists());
+        assert!(
+            matches!(s.create("L2", "job 8", "inst1", 11), Err(LeaseError::Busy { active }) if active == "L1")
+        );
+    }
+
+    #[test]
+    fn a_full_lifecycle_releases_only_when_every_step_is_confirmed() {
+        let (d, s) = store();
+        let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
+        s.transition(&mut l, Phase::Running, 11).unwrap();
+        s.transition(&mut l, Phase::Cleaning, 12).unwrap();
+        for step in &CleanupStep::ALL[..5] {
+            s.step_done(&mut l, *step, "all four nodes", 13).unwrap();
+            assert!(
+                s.release(&mut l, 14).is_err(),
+                "released before {:?}",
+                l.next_step()
+            );
+        }
+        assert_eq!(l.next_step(), Some(CleanupStep::Wipe));
+        s.step_done(&mut l, CleanupStep::Wipe, "all four nodes", 15)
+            .unwrap();
+        s.release(&mut l, 16).unwrap();
+        assert!(!d.path().join("active.json").exists());
+        assert_eq!(s.load("L1").unwrap().phase, Phase::Released);
+        // A new lease may start now.
+        s.create("L2", "job 8", "inst1", 17).unwrap();
+    }
+
+    #[test]
+    fn illegal_transitions_are_refused_and_change_nothing() {
+        let (_d, s) = store();
+        let mut l = s.create("L1", "job", "p", 1).unwrap();
+        assert!(s.transition(&mut l, Phase::Released, 2).is_err());
+        assert!(s.step_done(&mut l, CleanupStep::KillJob, "x", 2).is_err());
+        assert_eq!(s.load("L1").unwrap(), l);
+        assert!(matches!(
+            s.create("../x", "j", "p", 1),
+            Err(LeaseError::Name(_))
+        ));
+    }
+
+    #[test]
+    fn a_broker_that_dies_mid_lease_comes_back_held() {
+        let d = tempfile::tempdir().unwrap();
+        {
+            let (s, _) = LeaseStore::open(d.path(), 1).unwrap();
+            let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
+            s.transition(&mut l, Phase::Running, 11).unwrap();
+        } // "kill -9"
+        let (s, held) = LeaseStore::open(d.path(), 20).unwrap();
+        let held = held.expect("the unreleased lease is found");
+        assert!(matches!(held.phase, Phase::Held { .. }));
+        let b = s.blocked().unwrap().expect("blocked.json written");
+        assert_eq!(b.lease, "L1");
+        assert!(b.reason.contains("running"), "{}", b.reason);
+        // The broker's gate reads the same file with these keys.
+        let raw: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("blocked.json")).unwrap()).unwrap();
+        assert_eq!(
+            (raw["lease"].as_str(), raw["since"].as_i64()),
+            (Some("L1"), Some(20))
+        );
+    }
+
+    #[test]
+    fn recover_resumes_at_the_first_unconfirmed_step_and_only_then_releases() {
+        let (d, s) = store();
+        let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
+        s.transition(&mut l, Phase::Cleaning, 11).unwrap();
+        for step in &CleanupStep::ALL[..4] {
+            s.step_done(&mut l, *step, "ok", 12).unwrap();
+        }
+        s.hold(
+            &mut l,
+            Some(CleanupStep::StopServers),
+            Some("da3"),
+            "da3 did not confirm stop",
+            13,
+        )
+        .unwrap();
+        assert!(
+            s.release(&mut l, 14).is_err(),
+            "a hold is not released without cleanup"
+        );
+        // recover
+        let mut l = s.load("L1").unwrap();
+        s.transition(&mut l, Phase::Cleaning, 20).unwrap();
+        assert_eq!(l.next_step(), Some(CleanupStep::StopServers));
+        assert!(
+            d.path().join("blocked.json").exists(),
+            "still held while recovering"
+        );
+        s.step_done(&mut l, CleanupStep::StopServers, "ok", 21)
+            .unwrap();
+        s.step_done(&mut l, CleanupStep::Wipe, "ok", 22).unwrap();
+        s.release(&mut l, 23).unwrap();
+        assert!(!d.path().join("blocked.json").exists());
+    }
+
+    #[test]
+    fn a_corrupt_record_is_reported_never_taken_as_no_lease() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("active.json"), "{garbage").unwrap();
+        let e = LeaseStore::open(d.path(), 1).unwrap_err();
+        assert!(e.to_string().contains("do not delete"), "{e}");
+    }
+}
