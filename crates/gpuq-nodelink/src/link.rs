@@ -1,0 +1,731 @@
+//! One node's link: an SSH master and two unix-socket forwards, supervised.
+
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use openssh::{ForwardType, KnownHosts, Session, SessionBuilder};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+use crate::error::{one_line, Error, Result};
+use crate::http;
+
+/// How to reach one node. Everything is explicit: nothing is read from the
+/// broker's environment except what `ssh` itself reads (`ssh_config_file`,
+/// else the system's and root's ssh config).
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    /// The node's name in gpuq (`da1`); its gpuq-node must report this name.
+    pub name: String,
+    /// ssh destination: an address or a name `ssh_config_file` resolves.
+    pub host: String,
+    /// Remote user (root: the node socket is root-only).
+    pub user: String,
+    pub port: Option<u16>,
+    /// The only key offered (`IdentitiesOnly=yes`).
+    pub identity_file: PathBuf,
+    /// Host keys are checked strictly against this file only.
+    pub known_hosts_file: PathBuf,
+    pub ssh_config_file: Option<PathBuf>,
+    /// The node's gpuq-node socket (remote path).
+    pub node_socket: PathBuf,
+    /// The node's Podman API socket (remote path).
+    pub podman_socket: PathBuf,
+    /// Local directory for the forwarded sockets and the master's control
+    /// socket; created 0700, refused if group/world accessible.
+    pub forward_dir: PathBuf,
+}
+
+/// Timeouts and backoff; the defaults suit production, tests shorten them.
+#[derive(Debug, Clone, Copy)]
+pub struct Timings {
+    /// `ConnectTimeout` for the master, and (+2 s) the limit on the whole
+    /// master start.
+    pub connect_timeout: Duration,
+    /// Each verification or health request.
+    pub request_timeout: Duration,
+    /// How often the supervisor checks an up link.
+    pub health_interval: Duration,
+    /// `ServerAliveInterval` of the master (ssh notices a dead peer after
+    /// three unanswered keepalives).
+    pub server_alive_interval: Duration,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(5),
+            health_interval: Duration::from_secs(2),
+            server_alive_interval: Duration::from_secs(5),
+            backoff_initial: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What a link is doing now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LinkState {
+    Down {
+        since: SystemTime,
+        last_error: String,
+    },
+    Connecting {
+        since: SystemTime,
+    },
+    Up {
+        since: SystemTime,
+        node_sock: PathBuf,
+        podman_sock: PathBuf,
+    },
+}
+
+impl LinkState {
+    pub fn is_up(&self) -> bool {
+        matches!(self, LinkState::Up { .. })
+    }
+
+    /// `up`, `connecting` or `down`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            LinkState::Down { .. } => "down",
+            LinkState::Connecting { .. } => "connecting",
+            LinkState::Up { .. } => "up",
+        }
+    }
+}
+
+impl std::fmt::Display for LinkState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ago = |t: &SystemTime| t.elapsed().unwrap_or_default().as_secs();
+        match self {
+            LinkState::Down { since, last_error } => {
+                write!(f, "down for {}s: {last_error}", ago(since))
+            }
+            LinkState::Connecting { since } => write!(f, "connecting for {}s", ago(since)),
+            LinkState::Up { since, .. } => write!(f, "up for {}s", ago(since)),
+        }
+    }
+}
+
+/// The two local sockets of an up link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSockets {
+    pub node: String,
+    /// Forwarded to the node's gpuq-node socket.
+    pub node_sock: PathBuf,
+    /// Forwarded to the node's Podman API socket.
+    pub podman_sock: PathBuf,
+}
+
+/// How long the last successful establishment took, by phase.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectTimings {
+    /// ssh master started and authenticated.
+    pub master: Duration,
+    /// Both forwards requested through the mux socket.
+    pub forward: Duration,
+    /// Both HTTP verifications.
+    pub verify: Duration,
+}
+
+/// One node's link. [`NodeLink::start`] spawns its supervisor; dropping the
+/// link (or [`NodeLink::close`]) stops the master and unlinks the sockets.
+#[derive(Debug)]
+pub struct NodeLink {
+    inner: Arc<Inner>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cfg: LinkConfig,
+    timings: Timings,
+    state: watch::Sender<LinkState>,
+    /// Skip the rest of the backoff and try now (ensure_up does this).
+    kick: Notify,
+    shutdown: watch::Sender<bool>,
+    master_pid: Mutex<Option<u32>>,
+    last_connect: Mutex<Option<ConnectTimings>>,
+}
+
+impl NodeLink {
+    /// Validate the config; connects nothing.
+    pub fn new(cfg: LinkConfig, timings: Timings) -> Result<Self> {
+        let bad = |what: &str| Error::Config {
+            node: cfg.name.clone(),
+            what: what.to_string(),
+        };
+        if cfg.name.is_empty()
+            || !cfg
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            return Err(bad("name must be non-empty [A-Za-z0-9_-]"));
+        }
+        if cfg.host.is_empty() || cfg.host.starts_with('-') {
+            return Err(bad("host must be an address or ssh_config name"));
+        }
+        if cfg.user.is_empty() || cfg.user.starts_with('-') {
+            return Err(bad("user must be set"));
+        }
+        for (what, p) in [
+            ("identity_file", &cfg.identity_file),
+            ("known_hosts_file", &cfg.known_hosts_file),
+            ("node_socket", &cfg.node_socket),
+            ("podman_socket", &cfg.podman_socket),
+            ("forward_dir", &cfg.forward_dir),
+        ] {
+            if !p.is_absolute() {
+                return Err(bad(&format!("{what} must be an absolute path")));
+            }
+        }
+        // Unix socket paths are limited to 107 bytes; the master's control
+        // socket is the longest: <dir>/<name>.ctl/.ssh-connectionXXXXXX/master.<16>.
+        let longest = cfg.forward_dir.as_os_str().len() + cfg.name.len() + 48;
+        if longest > 107 {
+            return Err(bad(
+                "forward_dir is too long for unix socket paths (keep it under ~55 bytes)",
+            ));
+        }
+        let (state, _) = watch::channel(LinkState::Down {
+            since: SystemTime::now(),
+            last_error: "not started".into(),
+        });
+        let (shutdown, _) = watch::channel(false);
+        Ok(NodeLink {
+            inner: Arc::new(Inner {
+                cfg,
+                timings,
+                state,
+                kick: Notify::new(),
+                shutdown,
+                master_pid: Mutex::new(None),
+                last_connect: Mutex::new(None),
+            }),
+            task: Mutex::new(None),
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.cfg.name
+    }
+
+    pub fn config(&self) -> &LinkConfig {
+        &self.inner.cfg
+    }
+
+    /// The local socket paths this link forwards (whether up or not).
+    pub fn sockets(&self) -> NodeSockets {
+        self.inner.sockets()
+    }
+
+    pub fn state(&self) -> LinkState {
+        self.inner.state.borrow().clone()
+    }
+
+    /// Watch state changes.
+    pub fn subscribe(&self) -> watch::Receiver<LinkState> {
+        self.inner.state.subscribe()
+    }
+
+    /// The PID of the ssh master while the link is up (it runs detached:
+    /// `ssh -f`).
+    pub fn master_pid(&self) -> Option<u32> {
+        *self.inner.master_pid.lock().expect("lock")
+    }
+
+    /// Phase timings of the last successful connect.
+    pub fn last_connect(&self) -> Option<ConnectTimings> {
+        *self.inner.last_connect.lock().expect("lock")
+    }
+
+    /// Start the supervisor (idempotent): connect, watch, reconnect with
+    /// capped exponential backoff until closed.
+    pub fn start(&self) {
+        let mut task = self.task.lock().expect("lock");
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        self.inner.shutdown.send_replace(false);
+        let inner = self.inner.clone();
+        *task = Some(tokio::spawn(async move { inner.supervise().await }));
+    }
+
+    /// Wait until the link is up (starting the supervisor if needed and
+    /// cutting a running backoff short), at most `timeout`.
+    pub async fn ensure_up(&self, timeout: Duration) -> Result<NodeSockets> {
+        self.start();
+        let mut rx = self.inner.state.subscribe();
+        if !rx.borrow().is_up() {
+            self.inner.kick.notify_one();
+        }
+        let wait = async { rx.wait_for(|s| s.is_up()).await.map(|_| ()) };
+        let r = tokio::time::timeout(timeout, wait).await;
+        match r {
+            Ok(Ok(_)) => Ok(self.sockets()),
+            Ok(Err(_)) => Err(Error::Closed {
+                node: self.name().to_string(),
+            }),
+            Err(_) => Err(Error::NotUp {
+                node: self.name().to_string(),
+                after: timeout,
+                state: self.state().to_string(),
+            }),
+        }
+    }
+
+    /// Stop the supervisor, close the master, unlink the local sockets.
+    pub async fn close(&self) {
+        self.inner.shutdown.send_replace(true);
+        let task = self.task.lock().expect("lock").take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+        // Also when never started: leave no stale socket behind.
+        let s = self.sockets();
+        unlink_socket(&s.node_sock);
+        unlink_socket(&s.podman_sock);
+    }
+}
+
+impl Drop for NodeLink {
+    fn drop(&mut self) {
+        self.inner.shutdown.send_replace(true);
+        if let Some(task) = self.task.lock().expect("lock").take() {
+            // Dropping the task's future drops the `Established`, whose Drop
+            // tells the master to exit (openssh's Session::drop) and unlinks.
+            task.abort();
+        }
+    }
+}
+
+/// An up link: the master session and the two forwarded sockets. Dropping it
+/// ends the master and unlinks the sockets.
+struct Established {
+    session: Option<Session>,
+    node_sock: PathBuf,
+    podman_sock: PathBuf,
+}
+
+impl Established {
+    async fn close(mut self) {
+        if let Some(s) = self.session.take() {
+            // Asks the master to exit over the control socket; works also
+            // when the TCP connection is dead. An already dead master is fine.
+            let _ = tokio::time::timeout(Duration::from_secs(5), s.close()).await;
+        }
+        // Drop unlinks.
+    }
+}
+
+impl Drop for Established {
+    fn drop(&mut self) {
+        drop(self.session.take());
+        // ssh leaves the listening socket files behind when the master exits.
+        unlink_socket(&self.node_sock);
+        unlink_socket(&self.podman_sock);
+    }
+}
+
+fn unlink_socket(p: &Path) {
+    if let Ok(m) = std::fs::symlink_metadata(p) {
+        if m.file_type().is_socket() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+impl Inner {
+    fn node(&self) -> String {
+        self.cfg.name.clone()
+    }
+
+    fn sockets(&self) -> NodeSockets {
+        NodeSockets {
+            node: self.cfg.name.clone(),
+            node_sock: self
+                .cfg
+                .forward_dir
+                .join(format!("{}.node.sock", self.cfg.name)),
+            podman_sock: self
+                .cfg
+                .forward_dir
+                .join(format!("{}.podman.sock", self.cfg.name)),
+        }
+    }
+
+    fn dest(&self) -> String {
+        match self.cfg.port {
+            Some(p) => format!("{}@{}:{p}", self.cfg.user, self.cfg.host),
+            None => format!("{}@{}", self.cfg.user, self.cfg.host),
+        }
+    }
+
+    fn set(&self, s: LinkState) {
+        match &s {
+            LinkState::Down { last_error, .. } => {
+                tracing::warn!(node = %self.cfg.name, error = %last_error, "node link down")
+            }
+            LinkState::Up { .. } => tracing::info!(node = %self.cfg.name, "node link up"),
+            LinkState::Connecting { .. } => {
+                tracing::debug!(node = %self.cfg.name, "node link connecting")
+            }
+        }
+        if !s.is_up() {
+            *self.master_pid.lock().expect("lock") = None;
+        }
+        self.state.send_replace(s);
+    }
+
+    async fn supervise(self: Arc<Self>) {
+        let mut shutdown = self.shutdown.subscribe();
+        let mut backoff = self.timings.backoff_initial;
+        loop {
+            if *shutdown.borrow() {
+                break;
+            }
+            self.set(LinkState::Connecting {
+                since: SystemTime::now(),
+            });
+            let attempt = tokio::select! {
+                r = self.establish() => Some(r),
+                _ = shutdown.wait_for(|s| *s) => None,
+            };
+            match attempt {
+                None => break,
+                Some(Ok(est)) => {
+                    backoff = self.timings.backoff_initial;
+                    let s = self.sockets();
+                    self.set(LinkState::Up {
+                        since: SystemTime::now(),
+                        node_sock: s.node_sock,
+                        podman_sock: s.podman_sock,
+                    });
+                    let lost = tokio::select! {
+                        e = self.watch(&est) => Some(e),
+                        _ = shutdown.wait_for(|s| *s) => None,
+                    };
+                    est.close().await;
+                    match lost {
+                        None => break,
+                        Some(e) => self.set(LinkState::Down {
+                            since: SystemTime::now(),
+                            last_error: e.to_string(),
+                        }),
+                    }
+                }
+                Some(Err(e)) => self.set(LinkState::Down {
+                    since: SystemTime::now(),
+                    last_error: e.to_string(),
+                }),
+            }
+            // Retry after the backoff, or at once when someone calls ensure_up.
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = self.kick.notified() => {}
+                _ = shutdown.wait_for(|s| *s) => break,
+            }
+            backoff = (backoff * 2).min(self.timings.backoff_max);
+        }
+        self.set(LinkState::Down {
+            since: SystemTime::now(),
+            last_error: "closed".into(),
+        });
+    }
+
+    /// Until the link fails: the master answers on its control socket and
+    /// Podman answers `_ping` through the forward.
+    async fn watch(&self, est: &Established) -> Error {
+        loop {
+            tokio::time::sleep(self.timings.health_interval).await;
+            let Some(session) = est.session.as_ref() else {
+                return Error::Closed { node: self.node() };
+            };
+            if let Err(e) = session.check().await {
+                return Error::Lost {
+                    node: self.node(),
+                    detail: format!("ssh master gone ({e})"),
+                };
+            }
+            match http::get(&est.podman_sock, "/_ping", self.timings.request_timeout).await {
+                Ok((st, body)) if st.is_success() && body.as_ref() == b"OK" => {}
+                Ok((st, _)) => {
+                    return Error::Lost {
+                        node: self.node(),
+                        detail: format!("Podman _ping through the forward answered {st}"),
+                    }
+                }
+                Err(e) => {
+                    return Error::Lost {
+                        node: self.node(),
+                        detail: format!("Podman _ping through the forward: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn prepare_dirs(&self) -> Result<PathBuf> {
+        let dir = &self.cfg.forward_dir;
+        let io = |source| Error::ForwardDir {
+            node: self.node(),
+            dir: dir.clone(),
+            source,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(io)?;
+        let mode = std::fs::metadata(dir).map_err(io)?.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(Error::ForwardDirUnsafe {
+                node: self.node(),
+                dir: dir.clone(),
+                mode,
+            });
+        }
+        let ctl = dir.join(format!("{}.ctl", self.cfg.name));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&ctl)
+            .or_else(|e| if ctl.is_dir() { Ok(()) } else { Err(e) })
+            .map_err(io)?;
+        let s = self.sockets();
+        for p in [&s.node_sock, &s.podman_sock] {
+            match std::fs::symlink_metadata(p) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(Error::StaleSocket {
+                        node: self.node(),
+                        path: p.clone(),
+                        detail: e.to_string(),
+                    })
+                }
+                Ok(m) if m.file_type().is_socket() => {
+                    std::fs::remove_file(p).map_err(|e| Error::StaleSocket {
+                        node: self.node(),
+                        path: p.clone(),
+                        detail: e.to_string(),
+                    })?
+                }
+                Ok(_) => {
+                    return Err(Error::StaleSocket {
+                        node: self.node(),
+                        path: p.clone(),
+                        detail: "exists and is not a socket".into(),
+                    })
+                }
+            }
+        }
+        Ok(ctl)
+    }
+
+    fn connect_error(&self, e: openssh::Error) -> Error {
+        let detail = match &e {
+            openssh::Error::Connect(io) => one_line(&io.to_string()),
+            other => one_line(&format!(
+                "{other}: {}",
+                std::error::Error::source(other)
+                    .map(|s| s.to_string())
+                    .unwrap_or_default()
+            )),
+        };
+        if detail.contains("Host key verification failed")
+            || detail.contains("IDENTIFICATION HAS CHANGED")
+            || detail.contains("No ED25519 host key is known")
+            || detail.contains("host key is known")
+        {
+            Error::HostKey {
+                node: self.node(),
+                dest: self.dest(),
+                known_hosts: self.cfg.known_hosts_file.clone(),
+                detail,
+            }
+        } else if detail.contains("Permission denied") {
+            Error::Auth {
+                node: self.node(),
+                dest: self.dest(),
+                identity: self.cfg.identity_file.clone(),
+                detail,
+            }
+        } else {
+            Error::Connect {
+                node: self.node(),
+                dest: self.dest(),
+                detail,
+            }
+        }
+    }
+
+    /// One attempt: master, forwards, verification. On any failure what was
+    /// set up is torn down again (the `Established` drop).
+    async fn establish(&self) -> Result<Established> {
+        let ctl = self.prepare_dirs()?;
+        let t0 = Instant::now();
+        let mut b = SessionBuilder::default();
+        b.user(self.cfg.user.clone())
+            .keyfile(&self.cfg.identity_file)
+            .known_hosts_check(KnownHosts::Strict)
+            .user_known_hosts_file(&self.cfg.known_hosts_file)
+            .connect_timeout(self.timings.connect_timeout)
+            .server_alive_interval(self.timings.server_alive_interval)
+            .control_directory(&ctl)
+            // Only this link uses `ctl`: a control dir left by a crashed
+            // broker is removed before the new master starts.
+            .clean_history_control_directory(true);
+        if let Some(p) = self.cfg.port {
+            b.port(p);
+        }
+        if let Some(f) = &self.cfg.ssh_config_file {
+            b.config_file(f);
+        }
+        // BatchMode=yes is always passed by openssh: no password or
+        // passphrase prompt, key auth only.
+        let limit = self.timings.connect_timeout + Duration::from_secs(2);
+        let session = match tokio::time::timeout(limit, b.connect_mux(&self.cfg.host)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(self.connect_error(e)),
+            Err(_) => {
+                return Err(Error::ConnectTimeout {
+                    node: self.node(),
+                    dest: self.dest(),
+                    after: limit,
+                })
+            }
+        };
+        let s = self.sockets();
+        let est = Established {
+            session: Some(session),
+            node_sock: s.node_sock.clone(),
+            podman_sock: s.podman_sock.clone(),
+        };
+        let session = est.session.as_ref().expect("just set");
+        let pid = match openssh_mux_client::Connection::connect(session.control_socket()).await {
+            Ok(mut c) => c.send_alive_check().await.ok().map(|p| p.get()),
+            Err(_) => None,
+        };
+        let master = t0.elapsed();
+
+        let t1 = Instant::now();
+        for (local, remote) in [
+            (&s.node_sock, &self.cfg.node_socket),
+            (&s.podman_sock, &self.cfg.podman_socket),
+        ] {
+            session
+                .request_port_forward(ForwardType::Local, local.as_path(), remote.as_path())
+                .await
+                .map_err(|e| Error::Forward {
+                    node: self.node(),
+                    local: local.clone(),
+                    remote: remote.display().to_string(),
+                    detail: one_line(&format!(
+                        "{e}: {}",
+                        std::error::Error::source(&e)
+                            .map(|s| s.to_string())
+                            .unwrap_or_default()
+                    )),
+                })?;
+        }
+        let forward = t1.elapsed();
+
+        let t2 = Instant::now();
+        let rt = self.timings.request_timeout;
+        let (node_r, podman_r) = tokio::join!(
+            http::get(&s.node_sock, gpuq_status_path(), rt),
+            http::get(&s.podman_sock, "/_ping", rt)
+        );
+        let verify_err =
+            |service, request, local: &PathBuf, remote: &PathBuf, detail: String| Error::Verify {
+                node: self.node(),
+                service,
+                request,
+                local: local.clone(),
+                remote: remote.display().to_string(),
+                detail,
+            };
+        let (st, body) = node_r.map_err(|d| {
+            verify_err(
+                "gpuq-node",
+                "GET /v1/status",
+                &s.node_sock,
+                &self.cfg.node_socket,
+                d,
+            )
+        })?;
+        if !st.is_success() {
+            return Err(verify_err(
+                "gpuq-node",
+                "GET /v1/status",
+                &s.node_sock,
+                &self.cfg.node_socket,
+                format!("HTTP {st}"),
+            ));
+        }
+        let answered = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("node").and_then(|n| n.as_str()).map(str::to_owned))
+            .ok_or_else(|| {
+                verify_err(
+                    "gpuq-node",
+                    "GET /v1/status",
+                    &s.node_sock,
+                    &self.cfg.node_socket,
+                    "answer has no \"node\" field".into(),
+                )
+            })?;
+        if answered != self.cfg.name {
+            return Err(Error::WrongNode {
+                node: self.node(),
+                remote: self.cfg.node_socket.display().to_string(),
+                answered,
+            });
+        }
+        let (st, body) = podman_r.map_err(|d| {
+            verify_err(
+                "Podman",
+                "GET /_ping",
+                &s.podman_sock,
+                &self.cfg.podman_socket,
+                d,
+            )
+        })?;
+        if !st.is_success() || body.as_ref() != b"OK" {
+            return Err(verify_err(
+                "Podman",
+                "GET /_ping",
+                &s.podman_sock,
+                &self.cfg.podman_socket,
+                format!(
+                    "HTTP {st}: {}",
+                    String::from_utf8_lossy(&body)
+                        .chars()
+                        .take(80)
+                        .collect::<String>()
+                ),
+            ));
+        }
+        let verify = t2.elapsed();
+        *self.master_pid.lock().expect("lock") = pid;
+        *self.last_connect.lock().expect("lock") = Some(ConnectTimings {
+            master,
+            forward,
+            verify,
+        });
+        tracing::info!(node = %self.cfg.name, ?master, ?forward, ?verify, "node link established");
+        Ok(est)
+    }
+}
+
+/// gpuq-node's status route (gpuq-protocol's `routes::STATUS`; not linked
+/// here to keep this crate's dependencies to the transport).
+fn gpuq_status_path() -> &'static str {
+    "/v1/status"
+}
