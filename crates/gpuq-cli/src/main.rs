@@ -122,10 +122,18 @@ fn main() -> ExitCode {
     match rt.block_on(verbs::run(&client, verb)) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("gpuq: {e}");
             let code = match e {
-                gpuq_client::ClientError::Connect { .. } => Exit::Unreachable,
-                _ => Exit::Refused,
+                gpuq_client::ClientError::Connect { .. } => {
+                    eprintln!(
+                        "gpuq: the gpuq broker is not reachable: {e}\nhint: is gpuq-broker running? \
+                         (`systemctl status gpuq-broker`; set GPUQ_SOCKET to use another socket)"
+                    );
+                    Exit::Unreachable
+                }
+                _ => {
+                    eprintln!("gpuq: {e}");
+                    Exit::Refused
+                }
             };
             ExitCode::from(code as u8)
         }

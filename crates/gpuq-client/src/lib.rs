@@ -14,7 +14,7 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum ClientError {
-    #[error("cannot reach the gpuq broker at {socket}: {source}\nhint: is gpuq-broker running? (`systemctl status gpuq-broker`; set GPUQ_SOCKET to use another socket)")]
+    #[error("cannot connect to {socket}: {source}")]
     Connect {
         socket: PathBuf,
         source: std::io::Error,
@@ -22,7 +22,7 @@ pub enum ClientError {
     /// The broker refused; its one-line explanation is in `body.error`.
     #[error("{}", .body.error)]
     Api { status: StatusCode, body: ErrorBody },
-    #[error("talking to the gpuq broker at {socket}: {what}")]
+    #[error("talking to {socket}: {what}")]
     Protocol { socket: PathBuf, what: String },
 }
 

@@ -1,0 +1,284 @@
+//! The lease lifecycle on the four storage nodes (mission.md §4–§5).
+//!
+//! Every node step runs on all four nodes at once and succeeds only when all
+//! four confirm it; every step is recorded in the lease ([`gpuq_lease`])
+//! before the next one starts. A node that refuses or fails leaves the lease
+//! **held** with the step and the node named (`blocked.json`), and no job of
+//! any kind starts until [`Lifecycle::recover`] confirms every remaining step.
+//!
+//! The broker-local cleanup steps (end the job's unit, remove client
+//! containers, stop the agent, `dmg system stop`) are the caller's, through
+//! [`LocalSteps`]; this crate drives the nodes. Nodes are reached through
+//! their gpuq-node sockets — in production the SSH-forwarded local sockets
+//! of the node links.
+
+use gpuq_client::{Client, ClientError};
+use gpuq_lease::{CleanupStep, Lease, LeaseError, LeaseStore, Phase};
+use gpuq_protocol::node::{
+    PreflightReport, PreflightRequest, StartReport, StartRequest, StepReport,
+};
+use hyper::Method;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// One storage node's gpuq-node API.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub name: String,
+    pub client: Client,
+}
+
+impl Node {
+    pub fn new(name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
+        Node {
+            name: name.into(),
+            client: Client::new(socket.into()),
+        }
+    }
+}
+
+/// The broker's own cleanup steps, run before the node steps.
+#[async_trait::async_trait]
+pub trait LocalSteps: Send + Sync {
+    /// Do `step` (one of `KillJob`, `RemoveClients`, `StopAgent`,
+    /// `SystemStop`) and say what was confirmed; an error holds the lease.
+    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String>;
+}
+
+#[derive(Debug, Error)]
+pub enum LifecycleError {
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("preflight refused lease {lease}: {}", .reasons.join("; "))]
+    Refused { lease: String, reasons: Vec<String> },
+    #[error("lease {lease}: {step} failed on {}; the lease is held (run `gpuq recover` after fixing it)", .failures.join("; "))]
+    Held {
+        lease: String,
+        step: String,
+        failures: Vec<String>,
+    },
+    #[error("no lease is held; nothing to recover")]
+    NothingToRecover,
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// Call every node at once; (node, result) in node order.
+async fn on_all<T, F, Fut>(nodes: &[Node], f: F) -> Vec<(String, Result<T, ClientError>)>
+where
+    T: Send + 'static,
+    F: Fn(Node) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ClientError>> + Send + 'static,
+{
+    let handles: Vec<_> = nodes
+        .iter()
+        .map(|n| (n.name.clone(), tokio::spawn(f(n.clone()))))
+        .collect();
+    let mut out = Vec::new();
+    for (name, h) in handles {
+        let r = match h.await {
+            Ok(r) => r,
+            Err(e) => Err(ClientError::Protocol {
+                socket: PathBuf::new(),
+                what: format!("task failed: {e}"),
+            }),
+        };
+        out.push((name, r));
+    }
+    out
+}
+
+#[derive(Debug)]
+pub struct Lifecycle {
+    pub store: LeaseStore,
+    pub nodes: Vec<Node>,
+    pub profile: String,
+    /// Management-service replicas passed to every node's start.
+    pub replicas: Vec<String>,
+}
+
+impl Lifecycle {
+    /// Create the lease (durable first), preflight all nodes, start all
+    /// servers. On a refusal or a failed start the lease is cleaned up
+    /// (nothing of a refused preflight needs wiping, but the lease still
+    /// goes cleaning → released) and the error names every node's reasons.
+    pub async fn prepare(
+        &self,
+        lease: &str,
+        owner: &str,
+        local: &dyn LocalSteps,
+    ) -> Result<Lease, LifecycleError> {
+        let mut l = self.store.create(lease, owner, &self.profile, now())?;
+        let req = PreflightRequest {
+            lease: lease.to_string(),
+            profile: self.profile.clone(),
+        };
+        let pre = on_all(&self.nodes, |n| {
+            let req = req.clone();
+            async move {
+                n.client
+                    .call::<PreflightReport>(Method::POST, "/v1/preflight", Some(&req))
+                    .await
+            }
+        })
+        .await;
+        let mut reasons = Vec::new();
+        for (node, r) in &pre {
+            match r {
+                Ok(rep) => reasons.extend(
+                    rep.findings
+                        .iter()
+                        .map(|f| format!("{node}: {}: {}", f.reason, f.detail)),
+                ),
+                Err(e) => reasons.push(format!("{node}: {e}")),
+            }
+        }
+        if !reasons.is_empty() {
+            // Nothing was started anywhere: every step is confirmed as such
+            // without calling the nodes (a node holding another lease would
+            // rightly refuse a stop for this one), and the lease is released.
+            self.store.transition(&mut l, Phase::Cleaning, now())?;
+            for step in CleanupStep::ALL {
+                self.store.step_done(
+                    &mut l,
+                    step,
+                    "nothing was started: preflight refused",
+                    now(),
+                )?;
+            }
+            self.store.release(&mut l, now())?;
+            return Err(LifecycleError::Refused {
+                lease: lease.to_string(),
+                reasons,
+            });
+        }
+        let start = StartRequest {
+            profile: self.profile.clone(),
+            replicas: self.replicas.clone(),
+        };
+        let path = format!("/v1/leases/{lease}/start");
+        let started = on_all(&self.nodes, |n| {
+            let (start, path) = (start.clone(), path.clone());
+            async move {
+                n.client
+                    .call::<StartReport>(Method::POST, &path, Some(&start))
+                    .await
+            }
+        })
+        .await;
+        let failures: Vec<String> = started
+            .iter()
+            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
+            .collect();
+        if !failures.is_empty() {
+            self.store.transition(&mut l, Phase::Cleaning, now())?;
+            self.cleanup(&mut l, local).await?;
+            return Err(LifecycleError::Refused {
+                lease: lease.to_string(),
+                reasons: failures,
+            });
+        }
+        self.store.transition(&mut l, Phase::Running, now())?;
+        Ok(l)
+    }
+
+    /// From the first unconfirmed step to the release; any failure holds.
+    pub async fn cleanup(
+        &self,
+        l: &mut Lease,
+        local: &dyn LocalSteps,
+    ) -> Result<(), LifecycleError> {
+        if matches!(
+            l.phase,
+            Phase::Preparing | Phase::Running | Phase::Held { .. }
+        ) {
+            self.store.transition(l, Phase::Cleaning, now())?;
+        }
+        while let Some(step) = l.next_step() {
+            let result: Result<String, Vec<String>> = match step {
+                CleanupStep::KillJob
+                | CleanupStep::RemoveClients
+                | CleanupStep::StopAgent
+                | CleanupStep::SystemStop => local
+                    .run(l, step)
+                    .await
+                    .map_err(|e| vec![format!("broker: {e}")]),
+                CleanupStep::StopServers | CleanupStep::Wipe => {
+                    let verb = if step == CleanupStep::Wipe {
+                        "wipe"
+                    } else {
+                        "stop"
+                    };
+                    let path = format!("/v1/leases/{}/{verb}", l.lease);
+                    let res = on_all(&self.nodes, |n| {
+                        let path = path.clone();
+                        async move {
+                            n.client
+                                .call::<StepReport>(Method::POST, &path, None::<&()>)
+                                .await
+                        }
+                    })
+                    .await;
+                    let failures: Vec<String> = res
+                        .iter()
+                        .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
+                        .collect();
+                    if failures.is_empty() {
+                        Ok(res
+                            .into_iter()
+                            .filter_map(|(node, r)| r.ok().map(|s| format!("{node}: {}", s.detail)))
+                            .collect::<Vec<_>>()
+                            .join("; "))
+                    } else {
+                        Err(failures)
+                    }
+                }
+            };
+            match result {
+                Ok(detail) => self.store.step_done(l, step, &detail, now())?,
+                Err(failures) => {
+                    let node = failures
+                        .first()
+                        .and_then(|f| f.split(':').next())
+                        .map(str::to_string);
+                    let reason = format!("{step:?} failed: {}", failures.join("; "));
+                    self.store
+                        .hold(l, Some(step), node.as_deref(), &reason, now())?;
+                    return Err(LifecycleError::Held {
+                        lease: l.lease.clone(),
+                        step: format!("{step:?}"),
+                        failures,
+                    });
+                }
+            }
+        }
+        self.store.release(l, now())?;
+        Ok(())
+    }
+
+    /// `gpuq recover`: retry the held lease's cleanup from its first
+    /// unconfirmed step; the hold goes only when every step is confirmed.
+    pub async fn recover(
+        &self,
+        held: Option<Lease>,
+        local: &dyn LocalSteps,
+    ) -> Result<String, LifecycleError> {
+        let mut l = match held {
+            Some(l) => l,
+            None => {
+                let b = self
+                    .store
+                    .blocked()?
+                    .ok_or(LifecycleError::NothingToRecover)?;
+                self.store.load(&b.lease)?
+            }
+        };
+        self.cleanup(&mut l, local).await?;
+        Ok(l.lease)
+    }
+}
