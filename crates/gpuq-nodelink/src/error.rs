@@ -70,11 +70,11 @@ pub enum Error {
         detail: String,
     },
 
-    #[error("{node}: {service} did not answer {request} through {}: {detail}; check that it runs on the node at {remote}", local.display())]
+    #[error("{node}: {what} through {}: {detail}; check that it runs on the node at {remote}", local.display())]
     Verify {
         node: String,
-        service: &'static str,
-        request: &'static str,
+        /// e.g. `gpuq-node did not answer GET /v1/status`
+        what: &'static str,
         local: PathBuf,
         remote: String,
         detail: String,
@@ -138,7 +138,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub(crate) fn one_line(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
-        .map(str::trim)
+        .map(|l| l.trim().trim_matches('@').trim())
         .filter(|l| {
             !l.is_empty() && !l.starts_with("@@@") && !l.starts_with("Warning: Permanently")
         })

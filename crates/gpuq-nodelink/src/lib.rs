@@ -26,5 +26,5 @@ mod link;
 mod links;
 
 pub use error::{Error, Result};
-pub use link::{ConnectTimings, LinkConfig, LinkState, NodeLink, NodeSockets, Timings};
+pub use link::{ConnectTimings, LinkConfig, LinkState, LinkStats, NodeLink, NodeSockets, Timings};
 pub use links::{NodeLinks, NodeResult, StepReport};

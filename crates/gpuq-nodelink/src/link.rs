@@ -123,6 +123,18 @@ pub struct NodeSockets {
     pub podman_sock: PathBuf,
 }
 
+/// Counters over the link's life: the state is a snapshot, a failure and
+/// its recovery can both happen between two looks.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Times the link came up.
+    pub ups: u64,
+    /// Times an up link was lost or a connect attempt failed.
+    pub failures: u64,
+    /// The last failure, and when.
+    pub last_error: Option<(SystemTime, String)>,
+}
+
 /// How long the last successful establishment took, by phase.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnectTimings {
@@ -152,6 +164,7 @@ struct Inner {
     shutdown: watch::Sender<bool>,
     master_pid: Mutex<Option<u32>>,
     last_connect: Mutex<Option<ConnectTimings>>,
+    stats: Mutex<LinkStats>,
 }
 
 impl NodeLink {
@@ -208,6 +221,7 @@ impl NodeLink {
                 shutdown,
                 master_pid: Mutex::new(None),
                 last_connect: Mutex::new(None),
+                stats: Mutex::new(LinkStats::default()),
             }),
             task: Mutex::new(None),
         })
@@ -246,6 +260,11 @@ impl NodeLink {
         *self.inner.last_connect.lock().expect("lock")
     }
 
+    /// Ups, failures and the last error so far.
+    pub fn stats(&self) -> LinkStats {
+        self.inner.stats.lock().expect("lock").clone()
+    }
+
     /// Start the supervisor (idempotent): connect, watch, reconnect with
     /// capped exponential backoff until closed.
     pub fn start(&self) {
@@ -273,11 +292,19 @@ impl NodeLink {
             Ok(Err(_)) => Err(Error::Closed {
                 node: self.name().to_string(),
             }),
-            Err(_) => Err(Error::NotUp {
-                node: self.name().to_string(),
-                after: timeout,
-                state: self.state().to_string(),
-            }),
+            Err(_) => {
+                let state = self.state();
+                let state = match (&state, self.stats().last_error) {
+                    // Down already carries its error.
+                    (LinkState::Down { .. }, _) | (_, None) => state.to_string(),
+                    (_, Some((_, e))) => format!("{state}; last error: {e}"),
+                };
+                Err(Error::NotUp {
+                    node: self.name().to_string(),
+                    after: timeout,
+                    state,
+                })
+            }
         }
     }
 
@@ -380,6 +407,17 @@ impl Inner {
         }
         if !s.is_up() {
             *self.master_pid.lock().expect("lock") = None;
+        }
+        {
+            let mut st = self.stats.lock().expect("lock");
+            match &s {
+                LinkState::Up { .. } => st.ups += 1,
+                LinkState::Down { since, last_error } if last_error != "closed" => {
+                    st.failures += 1;
+                    st.last_error = Some((*since, last_error.clone()));
+                }
+                _ => {}
+            }
         }
         self.state.send_replace(s);
     }
@@ -643,18 +681,16 @@ impl Inner {
             http::get(&s.podman_sock, "/_ping", rt)
         );
         let verify_err =
-            |service, request, local: &PathBuf, remote: &PathBuf, detail: String| Error::Verify {
+            |what: &'static str, local: &PathBuf, remote: &PathBuf, detail: String| Error::Verify {
                 node: self.node(),
-                service,
-                request,
+                what,
                 local: local.clone(),
                 remote: remote.display().to_string(),
                 detail,
             };
         let (st, body) = node_r.map_err(|d| {
             verify_err(
-                "gpuq-node",
-                "GET /v1/status",
+                "gpuq-node did not answer GET /v1/status",
                 &s.node_sock,
                 &self.cfg.node_socket,
                 d,
@@ -662,8 +698,7 @@ impl Inner {
         })?;
         if !st.is_success() {
             return Err(verify_err(
-                "gpuq-node",
-                "GET /v1/status",
+                "gpuq-node did not answer GET /v1/status",
                 &s.node_sock,
                 &self.cfg.node_socket,
                 format!("HTTP {st}"),
@@ -674,8 +709,7 @@ impl Inner {
             .and_then(|v| v.get("node").and_then(|n| n.as_str()).map(str::to_owned))
             .ok_or_else(|| {
                 verify_err(
-                    "gpuq-node",
-                    "GET /v1/status",
+                    "gpuq-node did not answer GET /v1/status",
                     &s.node_sock,
                     &self.cfg.node_socket,
                     "answer has no \"node\" field".into(),
@@ -690,8 +724,7 @@ impl Inner {
         }
         let (st, body) = podman_r.map_err(|d| {
             verify_err(
-                "Podman",
-                "GET /_ping",
+                "Podman did not answer GET /_ping",
                 &s.podman_sock,
                 &self.cfg.podman_socket,
                 d,
@@ -699,8 +732,7 @@ impl Inner {
         })?;
         if !st.is_success() || body.as_ref() != b"OK" {
             return Err(verify_err(
-                "Podman",
-                "GET /_ping",
+                "Podman did not answer GET /_ping",
                 &s.podman_sock,
                 &self.cfg.podman_socket,
                 format!(

@@ -1,0 +1,461 @@
+//! Node links against the real five-host test cluster (integration/cluster):
+//! real sshd per node, real strict host-key checking, each node's own
+//! gpuq-node and Podman behind the forwards.
+//!
+//! SSH from the root namespace would route off the machine, so each test
+//! brings the cluster up here and then re-runs itself (`--exact`) inside
+//! cxl2's network namespace (`nsenter --net`), where the ssh master the
+//! link starts lives. The child does the link work and checks; the parent
+//! owns the cluster, whose Drop runs `down` (also after a panic).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use gpuq_nodelink::{http, LinkConfig, LinkState, NodeLink, NodeLinks, Timings};
+use gpuq_system_tests::cluster::{self, Cluster, NODES};
+
+const CHILD: &str = "GPUQ_NODELINK_CHILD_DIR";
+const CHILD_PREFIX: &str = "GPUQ_NODELINK_CHILD_PREFIX";
+
+/// The child's view of the cluster: dir and namespace prefix.
+struct Ctx {
+    dir: PathBuf,
+    prefix: String,
+}
+
+impl Ctx {
+    fn forward_dir(&self) -> PathBuf {
+        self.dir.join("cxl2").join("run").join("links")
+    }
+
+    fn config(&self, node: &str, known_hosts: &Path) -> LinkConfig {
+        LinkConfig {
+            name: node.to_string(),
+            // A name the generated ssh_config resolves (HostName 10.200.0.1N).
+            host: node.to_string(),
+            user: "root".into(),
+            port: Some(22),
+            identity_file: self.dir.join("cxl2/ssh/id_ed25519"),
+            known_hosts_file: known_hosts.to_path_buf(),
+            ssh_config_file: Some(self.dir.join("ssh/ssh_config")),
+            node_socket: self.dir.join(node).join("run/node.sock"),
+            podman_socket: self.dir.join(node).join("run/podman.sock"),
+            forward_dir: self.forward_dir(),
+        }
+    }
+
+    fn known_hosts(&self) -> PathBuf {
+        self.dir.join("ssh/known_hosts")
+    }
+
+    fn all(&self) -> Vec<LinkConfig> {
+        NODES
+            .iter()
+            .map(|n| self.config(n, &self.known_hosts()))
+            .collect()
+    }
+}
+
+fn timings() -> Timings {
+    Timings {
+        connect_timeout: Duration::from_secs(3),
+        request_timeout: Duration::from_secs(2),
+        health_interval: Duration::from_millis(300),
+        server_alive_interval: Duration::from_secs(1),
+        backoff_initial: Duration::from_millis(200),
+        backoff_max: Duration::from_secs(2),
+    }
+}
+
+/// In the parent: Some(reason) to skip. With `CI` set a missing prerequisite
+/// fails the test instead.
+fn skip_reason() -> Option<String> {
+    let why = cluster::skip_reason().or_else(|| {
+        let node = gpuq_system_tests::bin_dir().join("gpuq-node");
+        (!node.exists())
+            .then(|| format!("needs {} (cargo build -p gpuq-node --bins)", node.display()))
+    })?;
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI is set and the cluster tests cannot run: {why}"
+    );
+    Some(why)
+}
+
+/// Parent: cluster up, then this test again inside cxl2's namespace.
+/// Child: run `body`.
+fn cluster_test(test: &str, body: impl FnOnce(&Ctx)) {
+    if let (Some(dir), Some(prefix)) = (std::env::var_os(CHILD), std::env::var_os(CHILD_PREFIX)) {
+        let ctx = Ctx {
+            dir: dir.into(),
+            prefix: prefix.to_string_lossy().into_owned(),
+        };
+        body(&ctx);
+        return;
+    }
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
+    let c = Cluster::up(&format!("nl{}", &test[..3]));
+    eprintln!("cluster up in {:?}", c.up_time);
+    let exe = std::env::current_exe().expect("current_exe");
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", c.id.namespace("cxl2")))
+        .arg("--")
+        .arg(exe)
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, c.dir())
+        .env(CHILD_PREFIX, &c.id.prefix)
+        .env("GPUQ_BIN_DIR", gpuq_system_tests::bin_dir())
+        .output()
+        .expect("run nsenter (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "{test} in cxl2's namespace failed");
+    assert!(text.contains("1 passed"), "{test} did not run in the child");
+    // Nothing of the links may outlive the child: no ssh process naming the
+    // forward dir, no socket in it.
+    let fwd = c.dir().join("cxl2/run/links");
+    let left = cluster::pids_mentioning(&fwd.to_string_lossy());
+    assert!(left.is_empty(), "processes left: {left:?}");
+    assert_eq!(sockets_in(&fwd), Vec::<PathBuf>::new(), "sockets left");
+    drop(c);
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn sockets_in(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(e.path());
+            } else if ft.is_socket() {
+                out.push(e.path());
+            }
+        }
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+async fn json(sock: &Path, path: &str) -> serde_json::Value {
+    let (st, body) = http::get(sock, path, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} via {}: {e}", sock.display()));
+    assert!(st.is_success(), "GET {path}: {st}");
+    serde_json::from_slice(&body).expect("json")
+}
+
+async fn wait_state(link: &NodeLink, want: &str, within: Duration) -> LinkState {
+    let mut rx = link.subscribe();
+    let got = tokio::time::timeout(within, async {
+        rx.wait_for(|s| s.label() == want).await.map(|s| s.clone())
+    })
+    .await;
+    match got {
+        Ok(Ok(s)) => s,
+        _ => panic!(
+            "{}: not {want} within {within:?}; now {}",
+            link.name(),
+            link.state()
+        ),
+    }
+}
+
+#[test]
+fn four_links_reach_each_nodes_own_helper_and_podman_and_close_cleanly() {
+    cluster_test(
+        "four_links_reach_each_nodes_own_helper_and_podman_and_close_cleanly",
+        |ctx| {
+            rt().block_on(async {
+                let links = NodeLinks::new(ctx.all(), timings()).expect("config");
+                let t0 = Instant::now();
+                let up = links.ensure_all_up(Duration::from_secs(30)).await;
+                let all_up = t0.elapsed();
+                let socks = up.into_all().expect("all four links up");
+                println!("TIMING all four links up (concurrent): {all_up:?}");
+                for l in links.links() {
+                    println!(
+                        "TIMING {} phases: {:?}",
+                        l.name(),
+                        l.last_connect().expect("timings")
+                    );
+                }
+                let mut pids = Vec::new();
+                for (node, s) in &socks {
+                    assert!(links.get(node).expect("link").state().is_up());
+                    // Each forward reaches that node's own helper ...
+                    let st = json(&s.node_sock, "/v1/status").await;
+                    assert_eq!(st["node"], node.as_str(), "{node}: status {st}");
+                    // ... and that node's own Podman.
+                    let (code, ping) = http::get(&s.podman_sock, "/_ping", Duration::from_secs(5))
+                        .await
+                        .expect("ping");
+                    assert!(code.is_success() && ping.as_ref() == b"OK", "{node}: _ping");
+                    let info = json(&s.podman_sock, "/v4.0.0/libpod/info").await;
+                    let graph = info["store"]["graphRoot"].as_str().expect("graphRoot");
+                    assert_eq!(
+                        Path::new(graph),
+                        ctx.dir.join(node).join("podman/root"),
+                        "{node}: Podman storage is another node's"
+                    );
+                    // Root-only: the sockets sit in a 0700 dir.
+                    use std::os::unix::fs::PermissionsExt;
+                    let mode = std::fs::metadata(ctx.forward_dir())
+                        .expect("dir")
+                        .permissions()
+                        .mode();
+                    assert_eq!(mode & 0o777, 0o700);
+                    let pid = links
+                        .get(node)
+                        .and_then(NodeLink::master_pid)
+                        .expect("master pid");
+                    assert!(alive(pid));
+                    pids.push(pid);
+                }
+                // One master per node.
+                pids.sort_unstable();
+                pids.dedup();
+                assert_eq!(pids.len(), 4);
+
+                // A step on all four nodes at once: every node answers.
+                let t = Instant::now();
+                let report = links
+                    .step(Duration::from_secs(5), |s| async move {
+                        let v = json(&s.node_sock, "/v1/status").await;
+                        Ok::<_, String>(v["node"].as_str().unwrap_or_default().to_string())
+                    })
+                    .await;
+                println!("TIMING a status step on all four: {:?}", t.elapsed());
+                let names = report.into_all().expect("step ok");
+                assert!(names.iter().all(|(n, v)| n == v));
+
+                // A step one node's part of which fails fails as a whole and
+                // says which node and why; the others' results are there too.
+                let report = links
+                    .step(Duration::from_secs(5), |s| async move {
+                        if s.node == "da2" {
+                            Err("wipe not confirmed".to_string())
+                        } else {
+                            Ok(())
+                        }
+                    })
+                    .await;
+                assert_eq!(report.failed(), vec!["da2"]);
+                assert_eq!(report.nodes.len(), 4);
+                let err = report.into_all().expect_err("da2 failed").to_string();
+                assert!(
+                    err.contains("da2") && err.contains("wipe not confirmed"),
+                    "{err}"
+                );
+                assert!(!err.contains("da1"), "{err}");
+
+                // Closing ends the masters and unlinks the sockets.
+                links.close_all().await;
+                for (_, s) in &socks {
+                    assert!(!s.node_sock.exists(), "{} left", s.node_sock.display());
+                    assert!(!s.podman_sock.exists(), "{} left", s.podman_sock.display());
+                }
+                for pid in pids {
+                    let t = Instant::now();
+                    while alive(pid) && t.elapsed() < Duration::from_secs(3) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                    assert!(!alive(pid), "ssh master {pid} still running after close");
+                }
+                for (n, s) in links.states() {
+                    assert!(!s.is_up(), "{n}: {s}");
+                }
+            });
+        },
+    );
+}
+
+#[test]
+fn wrong_host_key_is_refused_and_nothing_is_forwarded() {
+    cluster_test(
+        "wrong_host_key_is_refused_and_nothing_is_forwarded",
+        |ctx| {
+            // da1's entry carries da2's host key: what a MITM or a reinstalled
+            // node looks like.
+            let real = std::fs::read_to_string(ctx.known_hosts()).expect("known_hosts");
+            let key_of = |n: &str| {
+                real.lines()
+                    .find(|l| l.split(',').next() == Some(n))
+                    .and_then(|l| l.split_once(' '))
+                    .map(|(_, k)| k.to_string())
+                    .expect("node in known_hosts")
+            };
+            let wrong = ctx.dir.join("cxl2/wrong_known_hosts");
+            std::fs::write(&wrong, format!("da1,10.200.0.11 {}\n", key_of("da2"))).expect("write");
+            let empty = ctx.dir.join("cxl2/empty_known_hosts");
+            std::fs::write(&empty, "").expect("write");
+            rt().block_on(async {
+                for (node, kh) in [("da1", &wrong), ("da3", &empty)] {
+                    let link = NodeLink::new(ctx.config(node, kh), timings()).expect("config");
+                    let err = link
+                        .ensure_up(Duration::from_secs(4))
+                        .await
+                        .expect_err("must be refused");
+                    let LinkState::Down { last_error, .. } = link.state() else {
+                        panic!("{node}: not down: {}", link.state());
+                    };
+                    println!("{node} refused: {last_error}");
+                    assert!(last_error.contains(node), "{last_error}");
+                    assert!(last_error.contains("host key"), "{last_error}");
+                    assert!(
+                        last_error.contains(&kh.display().to_string()),
+                        "{last_error}"
+                    );
+                    assert!(err.to_string().contains(node), "{err}");
+                    // Nothing forwarded, no master running.
+                    let s = link.sockets();
+                    assert!(!s.node_sock.exists() && !s.podman_sock.exists());
+                    assert_eq!(link.master_pid(), None);
+                    let masters = cluster::pids_mentioning(&ctx.forward_dir().to_string_lossy());
+                    assert!(masters.is_empty(), "{masters:?}");
+                    link.close().await;
+                }
+                // The right file works (the refusal was the key, not the setup).
+                let link = NodeLink::new(ctx.config("da1", &ctx.known_hosts()), timings())
+                    .expect("config");
+                link.ensure_up(Duration::from_secs(15))
+                    .await
+                    .expect("up with the right known_hosts");
+                link.close().await;
+            });
+        },
+    );
+}
+
+#[test]
+fn lost_links_go_down_with_the_error_and_come_back_with_backoff() {
+    cluster_test(
+        "lost_links_go_down_with_the_error_and_come_back_with_backoff",
+        |ctx| {
+            rt().block_on(async {
+                let links = NodeLinks::new(ctx.all(), timings()).expect("config");
+                links
+                    .ensure_all_up(Duration::from_secs(30))
+                    .await
+                    .into_all()
+                    .expect("all up");
+
+                // 1. The ssh master of da1 killed (by its PID).
+                let da1 = links.get("da1").expect("da1");
+                let pid = da1.master_pid().expect("pid");
+                let t = Instant::now();
+                let st = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(st.success());
+                // Down and back up can both happen between two looks at the
+                // state: the stats count every failure.
+                let before = da1.stats();
+                let noticed = wait_for_failure(da1, before.failures, Duration::from_secs(5)).await;
+                let (_, last_error) = da1.stats().last_error.expect("error recorded");
+                println!("da1 after master kill ({noticed:?}): {last_error}");
+                assert!(
+                    last_error.contains("da1") && last_error.contains("master"),
+                    "{last_error}"
+                );
+                wait_state(da1, "up", Duration::from_secs(15)).await;
+                println!(
+                    "TIMING master killed -> down {noticed:?} -> up again {:?}",
+                    t.elapsed()
+                );
+                let new_pid = da1.master_pid().expect("new pid");
+                assert_ne!(new_pid, pid);
+                assert!(!alive(pid));
+
+                // 2. da3's network cut (its veth down): down, and an
+                // all-node step fails naming da3 only.
+                let ns = format!("{}-da3", ctx.prefix);
+                let da3 = links.get("da3").expect("da3");
+                let old_pid = da3.master_pid().expect("pid");
+                let t = Instant::now();
+                let before = da3.stats().failures;
+                ip(&ns, "down");
+                let noticed = wait_for_failure(da3, before, Duration::from_secs(10)).await;
+                let (_, e) = da3.stats().last_error.expect("error");
+                println!("TIMING da3 veth down -> link down {noticed:?}: {e}");
+                assert!(e.contains("da3"), "{e}");
+                assert!(!da3.state().is_up());
+                let report = links
+                    .step(Duration::from_secs(1), |s| async move {
+                        json(&s.node_sock, "/v1/status").await;
+                        Ok::<_, String>(())
+                    })
+                    .await;
+                assert_eq!(report.failed(), vec!["da3"], "{:?}", report.nodes);
+                let err = report.into_all().expect_err("da3 is down").to_string();
+                println!("step with da3 cut: {err}");
+                assert!(err.starts_with("step failed on da3:"), "{err}");
+                // While down, reconnects keep failing and backing off.
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                assert!(!da3.state().is_up());
+                assert!(!alive(old_pid), "the old master is ended on failure");
+
+                // Link back: up again within the backoff cap + a connect.
+                ip(&ns, "up");
+                wait_state(da3, "up", Duration::from_secs(20)).await;
+                println!("TIMING da3 veth up -> link up {:?}", t.elapsed());
+                links
+                    .step(Duration::from_secs(5), |s| async move {
+                        json(&s.node_sock, "/v1/status").await;
+                        Ok::<_, String>(())
+                    })
+                    .await
+                    .into_all()
+                    .expect("all four again");
+                links.close_all().await;
+                assert!(sockets_in(&ctx.forward_dir()).is_empty());
+            });
+        },
+    );
+}
+
+/// Wait until the link has failed more than `failures` times; returns when.
+async fn wait_for_failure(link: &NodeLink, failures: u64, within: Duration) -> Duration {
+    let t = Instant::now();
+    while link.stats().failures <= failures {
+        assert!(
+            t.elapsed() < within,
+            "{}: no failure within {within:?}; now {}",
+            link.name(),
+            link.state()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    t.elapsed()
+}
+
+fn ip(ns: &str, updown: &str) {
+    let st = Command::new("ip")
+        .args(["-n", ns, "link", "set", "eth0", updown])
+        .status()
+        .expect("ip");
+    assert!(st.success(), "ip -n {ns} link set eth0 {updown}");
+}
