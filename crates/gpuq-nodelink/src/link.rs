@@ -337,6 +337,7 @@ impl Drop for NodeLink {
 /// ends the master and unlinks the sockets.
 struct Established {
     session: Option<Session>,
+    master_pid: Option<u32>,
     node_sock: PathBuf,
     podman_sock: PathBuf,
 }
@@ -344,11 +345,70 @@ struct Established {
 impl Established {
     async fn close(mut self) {
         if let Some(s) = self.session.take() {
+            let ctl = s.control_socket().to_path_buf();
             // Asks the master to exit over the control socket; works also
             // when the TCP connection is dead. An already dead master is fine.
             let _ = tokio::time::timeout(Duration::from_secs(5), s.close()).await;
+            reap_master(&ctl, self.master_pid).await;
         }
         // Drop unlinks.
+    }
+}
+
+/// Make sure the master behind control socket `ctl` is gone: ask it to stop
+/// (if not done yet), wait up to 2 s, then SIGKILL it by PID — only if that
+/// PID's command line still names `ctl`'s directory (PIDs are reused).
+async fn reap_master(ctl: &Path, pid: Option<u32>) {
+    let pid = match pid {
+        Some(p) => Some(p),
+        None => match openssh_mux_client::Connection::connect(ctl).await {
+            Ok(mut c) => c.send_alive_check().await.ok().map(|p| p.get()),
+            Err(_) => None,
+        },
+    };
+    if let Ok(mut c) = openssh_mux_client::Connection::connect(ctl).await {
+        let _ = c.request_stop_listening().await;
+    }
+    let Some(pid) = pid else { return };
+    let dir = ctl.parent().unwrap_or(ctl).to_string_lossy().into_owned();
+    let ours = || {
+        std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).contains(&dir))
+            .unwrap_or(false)
+    };
+    let t = Instant::now();
+    while ours() && t.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if ours() {
+        tracing::warn!(pid, ctl = %ctl.display(), "ssh master ignored the exit request; killing it");
+        if let Ok(p) = i32::try_from(pid) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::SIGKILL);
+        }
+    }
+}
+
+/// Masters left in this link's control dir by a broker that died (the master
+/// runs detached, `ControlPersist=yes`): end them before starting a new one,
+/// so there is one master per node.
+async fn end_stale_masters(ctl_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(ctl_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".ssh-connection")
+        {
+            continue;
+        }
+        let master = e.path().join("master");
+        if std::fs::symlink_metadata(&master).is_ok_and(|m| m.file_type().is_socket()) {
+            tracing::info!(ctl = %master.display(), "ending a stale ssh master");
+            reap_master(&master, None).await;
+        }
     }
 }
 
@@ -439,7 +499,7 @@ impl Inner {
             match attempt {
                 None => break,
                 Some(Ok(est)) => {
-                    backoff = self.timings.backoff_initial;
+                    let up_at = Instant::now();
                     let s = self.sockets();
                     self.set(LinkState::Up {
                         since: SystemTime::now(),
@@ -451,6 +511,11 @@ impl Inner {
                         _ = shutdown.wait_for(|s| *s) => None,
                     };
                     est.close().await;
+                    // A link that stayed up a while starts its backoff over;
+                    // one that flaps (up, lost at once) keeps backing off.
+                    if up_at.elapsed() >= self.timings.backoff_max {
+                        backoff = self.timings.backoff_initial;
+                    }
                     match lost {
                         None => break,
                         Some(e) => self.set(LinkState::Down {
@@ -607,6 +672,7 @@ impl Inner {
     /// set up is torn down again (the `Established` drop).
     async fn establish(&self) -> Result<Established> {
         let ctl = self.prepare_dirs()?;
+        end_stale_masters(&ctl).await;
         let t0 = Instant::now();
         let mut b = SessionBuilder::default();
         b.user(self.cfg.user.clone())
@@ -640,16 +706,17 @@ impl Inner {
             }
         };
         let s = self.sockets();
-        let est = Established {
-            session: Some(session),
-            node_sock: s.node_sock.clone(),
-            podman_sock: s.podman_sock.clone(),
-        };
-        let session = est.session.as_ref().expect("just set");
         let pid = match openssh_mux_client::Connection::connect(session.control_socket()).await {
             Ok(mut c) => c.send_alive_check().await.ok().map(|p| p.get()),
             Err(_) => None,
         };
+        let est = Established {
+            session: Some(session),
+            master_pid: pid,
+            node_sock: s.node_sock.clone(),
+            podman_sock: s.podman_sock.clone(),
+        };
+        let session = est.session.as_ref().expect("just set");
         let master = t0.elapsed();
 
         let t1 = Instant::now();

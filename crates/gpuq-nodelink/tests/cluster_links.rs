@@ -293,9 +293,9 @@ fn four_links_reach_each_nodes_own_helper_and_podman_and_close_cleanly() {
 }
 
 #[test]
-fn wrong_host_key_is_refused_and_nothing_is_forwarded() {
+fn wrong_host_key_or_wrong_node_is_refused_and_nothing_is_forwarded() {
     cluster_test(
-        "wrong_host_key_is_refused_and_nothing_is_forwarded",
+        "wrong_host_key_or_wrong_node_is_refused_and_nothing_is_forwarded",
         |ctx| {
             // da1's entry carries da2's host key: what a MITM or a reinstalled
             // node looks like.
@@ -344,6 +344,32 @@ fn wrong_host_key_is_refused_and_nothing_is_forwarded() {
                     .await
                     .expect("up with the right known_hosts");
                 link.close().await;
+
+                // A node_socket that leads to another node's helper (the nodes
+                // share a filesystem here) is caught by the status check: the
+                // link stays down, the master is ended, nothing stays forwarded.
+                let mut cfg = ctx.config("da2", &ctx.known_hosts());
+                cfg.node_socket = ctx.dir.join("da4/run/node.sock");
+                let link = NodeLink::new(cfg, timings()).expect("config");
+                link.ensure_up(Duration::from_secs(4))
+                    .await
+                    .expect_err("wrong node");
+                let (_, e) = link.stats().last_error.expect("error");
+                println!("da2 -> da4's socket refused: {e}");
+                assert!(e.contains("da2") && e.contains("says it is \"da4\""), "{e}");
+                link.close().await;
+                let s = link.sockets();
+                assert!(!s.node_sock.exists() && !s.podman_sock.exists());
+                let t = Instant::now();
+                let mut masters = Vec::new();
+                while t.elapsed() < Duration::from_secs(3) {
+                    masters = cluster::pids_mentioning(&ctx.forward_dir().to_string_lossy());
+                    if masters.is_empty() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                assert!(masters.is_empty(), "{masters:?}");
             });
         },
     );
@@ -432,9 +458,73 @@ fn lost_links_go_down_with_the_error_and_come_back_with_backoff() {
                     .expect("all four again");
                 links.close_all().await;
                 assert!(sockets_in(&ctx.forward_dir()).is_empty());
+
+                // 3. A broker that dies (SIGKILL, no cleanup) leaves its
+                // detached master and sockets; the next link to that node
+                // ends that master first: one master per node.
+                let mut broker = Command::new(std::env::current_exe().expect("exe"))
+                    .args([DYING_BROKER, "--exact", "--nocapture", "--test-threads=1"])
+                    .env(DYING, "1")
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn the dying broker");
+                let mut out = std::io::BufReader::new(broker.stdout.take().expect("stdout"));
+                let mut line = String::new();
+                let stale = loop {
+                    line.clear();
+                    let n = std::io::BufRead::read_line(&mut out, &mut line).expect("read");
+                    assert!(n > 0, "the dying broker exited early");
+                    // libtest prints "test NAME ... " before the test's own output.
+                    if let Some((_, p)) = line.trim().split_once("MASTER ") {
+                        break p.parse::<u32>().expect("pid");
+                    }
+                };
+                broker.kill().expect("kill -9 the broker");
+                broker.wait().expect("reap");
+                assert!(
+                    alive(stale),
+                    "the master outlives its broker (ControlPersist)"
+                );
+                let link = NodeLink::new(ctx.config("da1", &ctx.known_hosts()), timings())
+                    .expect("config");
+                link.ensure_up(Duration::from_secs(15))
+                    .await
+                    .expect("up again");
+                let t = Instant::now();
+                while alive(stale) && t.elapsed() < Duration::from_secs(3) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                assert!(!alive(stale), "stale master {stale} still running");
+                assert_ne!(link.master_pid(), Some(stale));
+                link.close().await;
             });
         },
     );
+}
+
+const DYING: &str = "GPUQ_NODELINK_DYING_BROKER";
+const DYING_BROKER: &str = "helper_a_broker_that_dies_with_its_link_up";
+
+/// Not a test on its own: with `GPUQ_NODELINK_DYING_BROKER` set (inside
+/// cxl2's namespace, by the test above) it brings da1's link up, prints the
+/// master's PID and waits to be killed.
+#[test]
+fn helper_a_broker_that_dies_with_its_link_up() {
+    if std::env::var_os(DYING).is_none() {
+        return;
+    }
+    let ctx = Ctx {
+        dir: std::env::var_os(CHILD).expect("dir").into(),
+        prefix: String::new(),
+    };
+    rt().block_on(async {
+        let link = NodeLink::new(ctx.config("da1", &ctx.known_hosts()), timings()).expect("config");
+        link.ensure_up(Duration::from_secs(15)).await.expect("up");
+        println!("MASTER {}", link.master_pid().expect("pid"));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        std::process::exit(3);
+    });
 }
 
 /// Wait until the link has failed more than `failures` times; returns when.
