@@ -160,3 +160,24 @@ pub(crate) fn one_line(text: &str) -> String {
     let pick = if key.is_empty() { lines } else { key };
     pick.join(" / ").chars().take(400).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn ssh_banner_becomes_one_line_with_the_reason() {
+        let text = "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n\
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n\
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n\
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!\n\
+Someone could be eavesdropping on you right now (man-in-the-middle attack)!\n\
+Offending ED25519 key in /etc/gpuqueue-daos/known_hosts:1\n\
+Host key verification failed.\n";
+        let l = one_line(text);
+        assert!(!l.contains('\n') && !l.contains('@'), "{l}");
+        assert!(l.contains("IDENTIFICATION HAS CHANGED"), "{l}");
+        assert!(l.ends_with("Host key verification failed."), "{l}");
+        assert!(!l.contains("NASTY"), "{l}");
+    }
+}

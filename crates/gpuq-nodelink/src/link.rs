@@ -828,3 +828,146 @@ impl Inner {
 fn gpuq_status_path() -> &'static str {
     "/v1/status"
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    fn cfg(dir: &Path) -> LinkConfig {
+        LinkConfig {
+            name: "da1".into(),
+            host: "da1".into(),
+            user: "root".into(),
+            port: None,
+            identity_file: dir.join("id"),
+            known_hosts_file: dir.join("known_hosts"),
+            ssh_config_file: None,
+            node_socket: "/run/gpuqueue-daos/node.sock".into(),
+            podman_socket: "/run/podman/podman.sock".into(),
+            forward_dir: dir.join("fwd"),
+        }
+    }
+
+    fn fast() -> Timings {
+        Timings {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(1),
+            health_interval: Duration::from_millis(100),
+            server_alive_interval: Duration::from_secs(1),
+            backoff_initial: Duration::from_millis(50),
+            backoff_max: Duration::from_millis(200),
+        }
+    }
+
+    #[test]
+    fn config_is_checked_before_anything_runs() {
+        let d = tempfile::tempdir().expect("tmp");
+        let ok = cfg(d.path());
+        assert!(NodeLink::new(ok.clone(), fast()).is_ok());
+        type Edit = Box<dyn Fn(&mut LinkConfig)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            ("name", Box::new(|c| c.name = "da 1".into())),
+            ("host", Box::new(|c| c.host = "-oProxyCommand=x".into())),
+            ("user", Box::new(|c| c.user = String::new())),
+            ("identity_file", Box::new(|c| c.identity_file = "id".into())),
+            (
+                "known_hosts_file",
+                Box::new(|c| c.known_hosts_file = "kh".into()),
+            ),
+            (
+                "node_socket",
+                Box::new(|c| c.node_socket = "node.sock".into()),
+            ),
+            (
+                "forward_dir",
+                Box::new(|c| c.forward_dir = PathBuf::from(format!("/{}", "x".repeat(80)))),
+            ),
+        ];
+        for (what, f) in cases {
+            let mut c = ok.clone();
+            f(&mut c);
+            let e = NodeLink::new(c, fast()).expect_err(what).to_string();
+            assert!(e.starts_with("da"), "{e}");
+            assert!(e.contains(what), "{what}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn forward_dir_must_be_private_and_stale_sockets_are_removed() {
+        let d = tempfile::tempdir().expect("tmp");
+        let c = cfg(d.path());
+        let link = NodeLink::new(c.clone(), fast()).expect("link");
+        // Created 0700 when missing.
+        link.inner.prepare_dirs().expect("prepare");
+        let mode = std::fs::metadata(&c.forward_dir)
+            .expect("dir")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // A stale socket (a dead broker's) is removed ...
+        let s = link.sockets();
+        drop(UnixListener::bind(&s.node_sock).expect("bind"));
+        assert!(s.node_sock.exists());
+        link.inner.prepare_dirs().expect("prepare");
+        assert!(!s.node_sock.exists());
+        // ... anything else at that path is not.
+        std::fs::write(&s.podman_sock, "data").expect("write");
+        let e = link.inner.prepare_dirs().expect_err("not a socket");
+        assert!(matches!(e, Error::StaleSocket { .. }), "{e}");
+        assert!(s.podman_sock.exists());
+        std::fs::remove_file(&s.podman_sock).expect("rm");
+        // A group/world-accessible dir is refused: its sockets are root on the node.
+        std::fs::set_permissions(&c.forward_dir, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let e = link.inner.prepare_dirs().expect_err("unsafe");
+        assert!(e.to_string().contains("chmod 700"), "{e}");
+    }
+
+    /// No network: a ProxyCommand that fails makes ssh give up at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_unreachable_node_is_down_with_its_error_and_retried_with_backoff() {
+        if std::process::Command::new("ssh")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            eprintln!("SKIPPED: needs the ssh client");
+            return;
+        }
+        let d = tempfile::tempdir().expect("tmp");
+        let mut c = cfg(d.path());
+        let conf = d.path().join("ssh_config");
+        std::fs::write(&conf, "Host *\n  ProxyCommand /bin/false\n").expect("write");
+        c.ssh_config_file = Some(conf);
+        std::fs::write(&c.known_hosts_file, "").expect("write");
+        let link = NodeLink::new(c, fast()).expect("link");
+        let e = link
+            .ensure_up(Duration::from_millis(1500))
+            .await
+            .expect_err("cannot come up");
+        assert!(matches!(e, Error::NotUp { .. }), "{e}");
+        assert!(e.to_string().starts_with("da1: link not up"), "{e}");
+        let st = link.stats();
+        assert!(st.failures >= 2, "retried: {st:?}");
+        assert_eq!(st.ups, 0);
+        let (_, last) = st.last_error.expect("error");
+        assert!(last.starts_with("da1: ssh to root@da1 failed"), "{last}");
+        assert!(!link.state().is_up());
+        link.close().await;
+        assert_eq!(link.state().label(), "down");
+        let s = link.sockets();
+        assert!(!s.node_sock.exists() && !s.podman_sock.exists());
+    }
+
+    #[test]
+    fn state_display_says_what_and_since() {
+        let s = LinkState::Down {
+            since: SystemTime::now(),
+            last_error: "da1: link lost: x".into(),
+        };
+        assert_eq!(s.to_string(), "down for 0s: da1: link lost: x");
+        assert_eq!(s.label(), "down");
+    }
+}

@@ -180,3 +180,82 @@ async fn join_all<F: Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output
         .map(|o| o.expect("every future finished"))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(parts: Vec<(&str, std::result::Result<u32, &str>)>) -> StepReport<u32> {
+        StepReport {
+            nodes: parts
+                .into_iter()
+                .map(|(n, r)| NodeResult {
+                    node: n.to_string(),
+                    result: r.map_err(|d| Error::Step {
+                        node: n.to_string(),
+                        detail: d.to_string(),
+                    }),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_step_succeeds_only_when_every_node_does_and_names_the_failed_ones() {
+        let ok = report(vec![
+            ("da1", Ok(1)),
+            ("da2", Ok(2)),
+            ("da3", Ok(3)),
+            ("da4", Ok(4)),
+        ]);
+        assert!(ok.all_ok());
+        assert_eq!(ok.into_all().expect("ok").len(), 4);
+
+        let bad = report(vec![
+            ("da1", Ok(1)),
+            ("da2", Err("wipe not confirmed")),
+            ("da3", Ok(3)),
+            ("da4", Err("server still running")),
+        ]);
+        assert_eq!(bad.failed(), vec!["da2", "da4"]);
+        let e = bad.into_all().expect_err("two failed").to_string();
+        assert_eq!(
+            e,
+            "step failed on da2, da4: da2: wipe not confirmed; da4: server still running"
+        );
+    }
+
+    #[tokio::test]
+    async fn join_all_runs_concurrently_and_keeps_order() {
+        let t = std::time::Instant::now();
+        let out = join_all([300u64, 100, 200].map(|ms| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            ms
+        }))
+        .await;
+        assert_eq!(out, vec![300, 100, 200]);
+        assert!(
+            t.elapsed() < Duration::from_millis(550),
+            "{:?}",
+            t.elapsed()
+        );
+    }
+
+    #[test]
+    fn a_node_listed_twice_is_refused() {
+        let c = LinkConfig {
+            name: "da1".into(),
+            host: "da1".into(),
+            user: "root".into(),
+            port: None,
+            identity_file: "/id".into(),
+            known_hosts_file: "/kh".into(),
+            ssh_config_file: None,
+            node_socket: "/n.sock".into(),
+            podman_socket: "/p.sock".into(),
+            forward_dir: "/run/x".into(),
+        };
+        let e = NodeLinks::new(vec![c.clone(), c], Timings::default()).expect_err("dup");
+        assert_eq!(e.to_string(), "da1: invalid link config: node listed twice");
+    }
+}
