@@ -199,6 +199,13 @@ impl NodeLink {
                 return Err(bad(&format!("{what} must be an absolute path")));
             }
         }
+        if let Some(p) = &cfg.ssh_config_file {
+            if !p.is_absolute() || p.to_string_lossy().contains(['"', '\n']) {
+                return Err(bad(
+                    "ssh_config_file must be an absolute path without quotes",
+                ));
+            }
+        }
         // Unix socket paths are limited to 107 bytes; the master's control
         // socket is the longest: <dir>/<name>.ctl/.ssh-connectionXXXXXX/master.<16>.
         let longest = cfg.forward_dir.as_os_str().len() + cfg.name.len() + 48;
@@ -631,6 +638,24 @@ impl Inner {
         Ok(ctl)
     }
 
+    /// The `-F` file for the master: our options first (ssh takes the
+    /// first value it reads for each), then the operator's config, if any,
+    /// through `Include`. Without one, neither `/etc/ssh/ssh_config` nor
+    /// root's `~/.ssh/config` is read: the link does not depend on them.
+    fn write_ssh_config(&self, ctl: &Path) -> Result<PathBuf> {
+        let path = ctl.join("ssh_config");
+        let mut text = ssh_config_text(&self.cfg);
+        if let Some(user) = &self.cfg.ssh_config_file {
+            text.push_str(&format!("Include \"{}\"\n", user.display()));
+        }
+        std::fs::write(&path, text).map_err(|source| Error::ForwardDir {
+            node: self.node(),
+            dir: ctl.to_path_buf(),
+            source,
+        })?;
+        Ok(path)
+    }
+
     fn connect_error(&self, e: openssh::Error) -> Error {
         let detail = match &e {
             openssh::Error::Connect(io) => one_line(&io.to_string()),
@@ -688,9 +713,7 @@ impl Inner {
         if let Some(p) = self.cfg.port {
             b.port(p);
         }
-        if let Some(f) = &self.cfg.ssh_config_file {
-            b.config_file(f);
-        }
+        b.config_file(self.write_ssh_config(&ctl)?);
         // BatchMode=yes is always passed by openssh: no password or
         // passphrase prompt, key auth only.
         let limit = self.timings.connect_timeout + Duration::from_secs(2);
@@ -821,6 +844,30 @@ impl Inner {
         tracing::info!(node = %self.cfg.name, ?master, ?forward, ?verify, "node link established");
         Ok(est)
     }
+}
+
+/// Options every master gets on top of what openssh passes (BatchMode,
+/// StrictHostKeyChecking, UserKnownHostsFile, the key, ConnectTimeout,
+/// ServerAliveInterval).
+fn ssh_config_text(_cfg: &LinkConfig) -> String {
+    [
+        "# written by gpuq-nodelink for this link's ssh master; rewritten on every connect",
+        // Host keys from the configured known_hosts file only.
+        "GlobalKnownHostsFile /dev/null",
+        "UpdateHostKeys no",
+        "CheckHostIP no",
+        // Key auth only.
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "HostbasedAuthentication no",
+        "GSSAPIAuthentication no",
+        "ForwardAgent no",
+        "ForwardX11 no",
+        "ServerAliveCountMax 3",
+        "",
+    ]
+    .join("\n")
 }
 
 /// gpuq-node's status route (gpuq-protocol's `routes::STATUS`; not linked
@@ -959,6 +1006,23 @@ mod tests {
         assert_eq!(link.state().label(), "down");
         let s = link.sockets();
         assert!(!s.node_sock.exists() && !s.podman_sock.exists());
+    }
+
+    #[test]
+    fn the_master_reads_our_options_before_the_operators_config() {
+        let d = tempfile::tempdir().expect("tmp");
+        let mut c = cfg(d.path());
+        c.ssh_config_file = Some("/etc/gpuqueue-daos/ssh_config".into());
+        let link = NodeLink::new(c, fast()).expect("link");
+        let ctl = link.inner.prepare_dirs().expect("dirs");
+        let f = link.inner.write_ssh_config(&ctl).expect("write");
+        let text = std::fs::read_to_string(f).expect("read");
+        let global = text.find("GlobalKnownHostsFile /dev/null").expect("global");
+        let include = text
+            .find("Include \"/etc/gpuqueue-daos/ssh_config\"")
+            .expect("include");
+        assert!(global < include, "{text}");
+        assert!(text.contains("PasswordAuthentication no"), "{text}");
     }
 
     #[test]
