@@ -87,8 +87,11 @@ printf '%s' "[{\"Config\":\"$config.json\",\"RepoTags\":[\"localhost/gpuq-daos-s
     >"$work/outer/manifest.json"
 touch -d @0 "$work/outer"/*
 tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
-    -C "$work/outer" -cf "$out/daos-sim-image.tar.tmp" manifest.json "$config.json" "$layer.tar"
-mv "$out/daos-sim-image.tar.tmp" "$out/daos-sim-image.tar"
-echo "sha256:$config" >"$out/image-id"
+    -C "$work/outer" -cf "$out/.daos-sim-image.tar.$$" manifest.json "$config.json" "$layer.tar"
+# Renames, with names of our own: concurrent builds (parallel tests) write
+# the same bytes and never see each other's half-written files.
+mv "$out/.daos-sim-image.tar.$$" "$out/daos-sim-image.tar"
+echo "sha256:$config" >"$out/.image-id.$$"
+mv "$out/.image-id.$$" "$out/image-id"
 echo "archive: $out/daos-sim-image.tar"
 echo "image: sha256:$config"

@@ -20,7 +20,13 @@ impl LocalSteps for NothingLocal {
     }
 }
 
+/// The simulator image, built once per test binary.
 fn sim_image() -> (String, String) {
+    static IMAGE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    IMAGE.get_or_init(build_sim_image).clone()
+}
+
+fn build_sim_image() -> (String, String) {
     let repo = harness_dir().join("../..").canonicalize().unwrap();
     let out = std::process::Command::new(repo.join("integration/daos-sim-image/build.sh"))
         .arg("--out")
