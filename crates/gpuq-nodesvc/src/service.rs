@@ -434,7 +434,7 @@ impl<P: Podman> NodeService<P> {
         .map_err(|e| NodeError::BadRequest(e.to_string()))?;
         let config_path = lease_dir.join("daos_server.yml");
         audit::atomic_write(&config_path, yaml.as_bytes()).map_err(io("write daos_server.yml"))?;
-        let spec = self.server_spec(lease, &profile, &config_path, &data_dir);
+        let spec = server_spec(lease, &profile, &config_path, &data_dir);
         let result = async {
             let id = self.podman.container_create(&spec).await?;
             self.podman.container_start(&id).await?;
@@ -465,63 +465,6 @@ impl<P: Podman> NodeService<P> {
             metadata_dir: data_dir.display().to_string(),
             config_path: config_path.display().to_string(),
         })
-    }
-
-    fn server_spec(&self, lease: &str, p: &Profile, config: &Path, data: &Path) -> ContainerSpec {
-        let mut spec = ContainerSpec::new(server_name(lease), p.image.clone());
-        spec.labels = lease_labels(lease, Role::Server);
-        spec.command = p.command.clone();
-        spec.network = Namespace::Host;
-        spec.stop_timeout = Some(p.stop_grace_secs as u32);
-        let bind = |src: &Path, dst: &str, opts: &[&str]| Mount {
-            kind: MountKind::Bind,
-            source: src.display().to_string(),
-            destination: dst.to_string(),
-            options: opts.iter().map(|s| s.to_string()).collect(),
-        };
-        spec.mounts = vec![
-            bind(config, "/etc/daos/daos_server.yml", &["ro"]),
-            // Same path inside and out: the rendered config names host paths.
-            bind(data, &data.display().to_string(), &["rw"]),
-        ];
-        // Podman stops applying containers.conf's ulimits once a spec sets
-        // any rlimit, so both are explicit.
-        spec.rlimits = vec![
-            Rlimit {
-                kind: "nofile".into(),
-                soft: 4096,
-                hard: 4096,
-            },
-            Rlimit {
-                kind: "nproc".into(),
-                soft: 4096,
-                hard: 4096,
-            },
-        ];
-        if p.mode == Mode::Physical {
-            // daos.md "Server container": uio needs privileged; SPDK needs the
-            // host's /dev (new nodes appear on rebinding), hugepages and the
-            // host PID namespace (it deletes hugepage files of PIDs it cannot see).
-            spec.privileged = true;
-            spec.ipc = Namespace::Host;
-            spec.pid = Namespace::Host;
-            spec.cgroup = Namespace::Host;
-            spec.mounts
-                .push(bind(Path::new("/dev"), "/dev", &["rbind"]));
-            spec.mounts.push(bind(
-                Path::new("/dev/hugepages"),
-                "/dev/hugepages",
-                &["rbind"],
-            ));
-            spec.mounts
-                .push(bind(Path::new("/lib/modules"), "/lib/modules", &["ro"]));
-            spec.rlimits.push(Rlimit {
-                kind: "memlock".into(),
-                soft: u64::MAX,
-                hard: u64::MAX,
-            });
-        }
-        spec
     }
 
     /// Stop and remove our containers of `lease`; confirm none is left.
@@ -686,6 +629,64 @@ impl<P: Podman> NodeService<P> {
     }
 }
 
+/// The server container for `lease` under profile `p`.
+fn server_spec(lease: &str, p: &Profile, config: &Path, data: &Path) -> ContainerSpec {
+    let mut spec = ContainerSpec::new(server_name(lease), p.image.clone());
+    spec.labels = lease_labels(lease, Role::Server);
+    spec.command = p.command.clone();
+    spec.network = Namespace::Host;
+    spec.stop_timeout = Some(p.stop_grace_secs as u32);
+    let bind = |src: &Path, dst: &str, opts: &[&str]| Mount {
+        kind: MountKind::Bind,
+        source: src.display().to_string(),
+        destination: dst.to_string(),
+        options: opts.iter().map(|s| s.to_string()).collect(),
+    };
+    spec.mounts = vec![
+        bind(config, "/etc/daos/daos_server.yml", &["ro"]),
+        // Same path inside and out: the rendered config names host paths.
+        bind(data, &data.display().to_string(), &["rw"]),
+    ];
+    // Podman stops applying containers.conf's ulimits once a spec sets
+    // any rlimit, so both are explicit.
+    spec.rlimits = vec![
+        Rlimit {
+            kind: "nofile".into(),
+            soft: 4096,
+            hard: 4096,
+        },
+        Rlimit {
+            kind: "nproc".into(),
+            soft: 4096,
+            hard: 4096,
+        },
+    ];
+    if p.mode == Mode::Physical {
+        // daos.md "Server container": uio needs privileged; SPDK needs the
+        // host's /dev (new nodes appear on rebinding), hugepages and the
+        // host PID namespace (it deletes hugepage files of PIDs it cannot see).
+        spec.privileged = true;
+        spec.ipc = Namespace::Host;
+        spec.pid = Namespace::Host;
+        spec.cgroup = Namespace::Host;
+        spec.mounts
+            .push(bind(Path::new("/dev"), "/dev", &["rbind"]));
+        spec.mounts.push(bind(
+            Path::new("/dev/hugepages"),
+            "/dev/hugepages",
+            &["rbind"],
+        ));
+        spec.mounts
+            .push(bind(Path::new("/lib/modules"), "/lib/modules", &["ro"]));
+        spec.rlimits.push(Rlimit {
+            kind: "memlock".into(),
+            soft: u64::MAX,
+            hard: u64::MAX,
+        });
+    }
+    spec
+}
+
 /// Remove `dir` recursively, but only if it is a real directory (not a
 /// symlink) directly inside `parent`. A missing `dir` is fine.
 fn remove_dir_within(dir: &Path, parent: &Path) -> Result<(), NodeError> {
@@ -704,5 +705,101 @@ fn remove_dir_within(dir: &Path, parent: &Path) -> Result<(), NodeError> {
             dir.display()
         ))),
         Ok(_) => std::fs::remove_dir_all(dir).map_err(io(format!("remove {}", dir.display()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(mode: Mode) -> Profile {
+        let cfg = format!(
+            "[node]\nname = \"da1\"\nsocket = \"/run/gpuq/node.sock\"\npodman_socket = \"/run/podman/podman.sock\"\n\
+             jobs_dir = \"/var/lib/gpuqueue-daos/jobs\"\ntest_dir = \"/var/lib/gpuqueue-daos-test\"\n\
+             [profiles.p]\nimage = \"sha256:{}\"\ndaos_version = \"2.6.4\"\nmode = \"{}\"\nport = 10001\n",
+            "ab".repeat(32),
+            if mode == Mode::Physical { "physical" } else { "test" }
+        );
+        crate::profile::ServiceConfig::parse(Path::new("/etc/gpuqueue-daos/node.toml"), &cfg)
+            .unwrap()
+            .profiles["p"]
+            .clone()
+    }
+
+    // What the helper asks Podman for (the request, not Podman's behaviour:
+    // a physical-mode start cannot run on the build machines, which refuse
+    // an unlimited memlock and have no NVMe outside the VM).
+    #[test]
+    fn physical_mode_asks_for_what_spdk_needs() {
+        let s = server_spec(
+            "L1",
+            &profile(Mode::Physical),
+            Path::new("/j/L1/daos_server.yml"),
+            Path::new("/j/L1/control_meta"),
+        );
+        assert!(s.privileged);
+        assert_eq!(
+            (s.network, s.ipc, s.pid, s.cgroup),
+            (
+                Namespace::Host,
+                Namespace::Host,
+                Namespace::Host,
+                Namespace::Host
+            )
+        );
+        let m: Vec<(&str, &str, Vec<&str>)> = s
+            .mounts
+            .iter()
+            .map(|m| {
+                (
+                    m.source.as_str(),
+                    m.destination.as_str(),
+                    m.options.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert!(m.contains(&("/dev", "/dev", vec!["rbind"])), "{m:?}");
+        assert!(
+            m.contains(&("/dev/hugepages", "/dev/hugepages", vec!["rbind"])),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&("/lib/modules", "/lib/modules", vec!["ro"])),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&(
+                "/j/L1/daos_server.yml",
+                "/etc/daos/daos_server.yml",
+                vec!["ro"]
+            )),
+            "{m:?}"
+        );
+        assert!(s
+            .rlimits
+            .iter()
+            .any(|r| r.kind == "memlock" && r.soft == u64::MAX && r.hard == u64::MAX));
+        assert_eq!(s.labels.get(LABEL_ROLE).map(String::as_str), Some("server"));
+    }
+
+    #[test]
+    fn test_mode_gets_no_host_dev_and_no_privileges() {
+        let s = server_spec(
+            "L1",
+            &profile(Mode::Test),
+            Path::new("/j/L1/daos_server.yml"),
+            Path::new("/t/L1"),
+        );
+        assert!(!s.privileged);
+        assert_eq!(
+            s.network,
+            Namespace::Host,
+            "the node's own network namespace"
+        );
+        assert!(s
+            .mounts
+            .iter()
+            .all(|m| !m.source.starts_with("/dev") && m.source != "/lib/modules"));
+        assert!(s.rlimits.iter().all(|r| r.kind != "memlock"));
     }
 }
