@@ -968,7 +968,10 @@ mod tests {
         // A group/world-accessible dir is refused: its sockets are root on the node.
         std::fs::set_permissions(&c.forward_dir, std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
-        let e = link.inner.prepare_dirs().expect_err("unsafe");
+        let e = link
+            .inner
+            .prepare_dirs()
+            .expect_err("a group-writable forward dir must be refused");
         assert!(e.to_string().contains("chmod 700"), "{e}");
     }
 
