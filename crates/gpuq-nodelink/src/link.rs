@@ -971,7 +971,7 @@ mod tests {
         let e = link
             .inner
             .prepare_dirs()
-            .expect_err("a group-writable forward dir must be refused");
+            .expect_err("a group- or world-accessible forward dir must be refused");
         assert!(e.to_string().contains("chmod 700"), "{e}");
     }
 
