@@ -4,8 +4,8 @@
 //! leaves either the old record or the new one, never half of one.
 
 use std::fs;
-use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -70,33 +70,15 @@ pub fn write_atomic(path: &Path, value: &impl Serialize) -> io::Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let name = path
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "record path has no name"))?;
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}.{seq}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
+    if path.file_name().is_none() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "record path has no name",
+        ));
+    }
     let mut body = serde_json::to_vec_pretty(value).map_err(io::Error::other)?;
     body.push(b'\n');
-    let res = (|| {
-        let mut f = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(&body)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)?;
-        fs::File::open(dir)?.sync_all()
-    })();
-    if res.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    res
+    gpuq_durable::write_atomic(path, &body, 0o600)
 }
 
 /// RFC 3339 UTC timestamp with milliseconds.

@@ -12,10 +12,10 @@ use crate::config::BrokerConfig;
 use crate::error::ApiError;
 use crate::gpu::GpuProbe;
 use crate::joblog;
+use crate::now;
 use crate::policy::{self, Gate, GateInputs};
 use crate::runner::{JobSpec, Outcome, Runner};
 use crate::store::{Ending, Job, NewJob, Store};
-use crate::{fsutil, now};
 use bytes::Bytes;
 use gpuq_protocol::duration;
 use gpuq_protocol::{
@@ -143,7 +143,7 @@ impl Broker {
             std::fs::create_dir_all(dir).map_err(ApiError::LockFile)?;
         }
         let bytes = serde_json::to_vec_pretty(&info).unwrap_or_default();
-        fsutil::atomic_write(path, &bytes, 0o644).map_err(ApiError::LockFile)?;
+        gpuq_durable::write_atomic(path, &bytes, 0o644).map_err(ApiError::LockFile)?;
         tracing::info!(
             by = info.by_user,
             reason = info.reason,
@@ -159,11 +159,7 @@ impl Broker {
             ));
         }
         let old = self.lock_state();
-        match fsutil::durable_remove(&self.cfg.maintenance_file) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(ApiError::LockFile(e)),
-        }
+        gpuq_durable::remove(&self.cfg.maintenance_file).map_err(ApiError::LockFile)?;
         tracing::info!(by = %who(peer), "maintenance lock released");
         self.wake.notify_one();
         Ok(old)

@@ -5,7 +5,6 @@
 pub mod broker;
 pub mod config;
 pub mod error;
-pub mod fsutil;
 pub mod gpu;
 pub mod joblog;
 pub mod policy;

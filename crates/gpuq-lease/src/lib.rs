@@ -21,8 +21,6 @@
 //! same records.
 
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -389,43 +387,18 @@ impl LeaseStore {
     }
 
     fn write<T: Serialize>(&self, path: &Path, v: &T) -> Result<(), LeaseError> {
-        let io = |source| LeaseError::Io {
+        let bytes = serde_json::to_vec_pretty(v).unwrap_or_default();
+        gpuq_durable::write_atomic(path, &bytes, 0o644).map_err(|source| LeaseError::Io {
             path: path.to_path_buf(),
             source,
-        };
-        let tmp = path.with_extension("json.tmp");
-        let bytes = serde_json::to_vec_pretty(v).unwrap_or_default();
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)?;
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io)
+        })
     }
 
     fn remove(&self, path: &Path) -> Result<(), LeaseError> {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(source) => {
-                return Err(LeaseError::Io {
-                    path: path.to_path_buf(),
-                    source,
-                })
-            }
-        }
-        std::fs::File::open(&self.dir)
-            .and_then(|d| d.sync_all())
+        gpuq_durable::remove(path)
+            .map(|_| ())
             .map_err(|source| LeaseError::Io {
-                path: self.dir.clone(),
+                path: path.to_path_buf(),
                 source,
             })
     }

@@ -1,6 +1,5 @@
 //! `<jobs_dir>/<lease>/audit.jsonl`: one JSON line per destructive or
-//! state-changing step (what, when, result), fsynced before the call returns;
-//! and the small atomic writes the lease record needs.
+//! state-changing step (what, when, result), fsynced before the call returns.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -25,39 +24,6 @@ pub fn append(lease_dir: &Path, step: &str, result: &str, detail: &str) -> std::
     line.push('\n');
     f.write_all(line.as_bytes())?;
     f.sync_all()
-}
-
-/// Replace `path` with `bytes` atomically (temp + fsync + rename + fsync dir).
-pub fn atomic_write(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("/"));
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default()
-    ));
-    {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Remove `path` durably; a missing file is fine.
-pub fn remove(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    }
-    std::fs::File::open(path.parent().unwrap_or(Path::new("/")))?.sync_all()
 }
 
 pub fn now() -> i64 {

@@ -150,15 +150,18 @@ impl<P: Podman> NodeService<P> {
 
     fn write_record(&self, rec: &NodeLease) -> Result<(), NodeError> {
         std::fs::create_dir_all(self.jobs_dir()).map_err(io("create jobs_dir"))?;
-        audit::atomic_write(&self.active_path(), rec.lease.as_bytes())
+        gpuq_durable::write_atomic(&self.active_path(), rec.lease.as_bytes(), 0o600)
             .map_err(io("write active-lease"))?;
         let bytes = serde_json::to_vec_pretty(rec).unwrap_or_default();
-        audit::atomic_write(&self.record_path(), &bytes).map_err(io("write lease.json"))
+        gpuq_durable::write_atomic(&self.record_path(), &bytes, 0o600)
+            .map_err(io("write lease.json"))
     }
 
     fn release_record(&self) -> Result<(), NodeError> {
-        audit::remove(&self.record_path()).map_err(io("remove lease.json"))?;
-        audit::remove(&self.active_path()).map_err(io("remove active-lease"))
+        gpuq_durable::remove(&self.record_path()).map_err(io("remove lease.json"))?;
+        gpuq_durable::remove(&self.active_path())
+            .map(|_| ())
+            .map_err(io("remove active-lease"))
     }
 
     fn profile(&self, name: &str) -> Result<&Profile, NodeError> {
@@ -433,7 +436,8 @@ impl<P: Podman> NodeService<P> {
         .render()
         .map_err(|e| NodeError::BadRequest(e.to_string()))?;
         let config_path = lease_dir.join("daos_server.yml");
-        audit::atomic_write(&config_path, yaml.as_bytes()).map_err(io("write daos_server.yml"))?;
+        gpuq_durable::write_atomic(&config_path, yaml.as_bytes(), 0o644)
+            .map_err(io("write daos_server.yml"))?;
         let spec = server_spec(lease, &profile, &config_path, &data_dir);
         let result = async {
             let id = self.podman.container_create(&spec).await?;

@@ -14,7 +14,6 @@
 //! cgroup is empty), which ends the shim and everything the job started.
 
 use super::{JobSpec, Outcome, Runner, RunnerError};
-use crate::fsutil;
 use async_trait::async_trait;
 use gpuq_protocol::JobId;
 use gpuq_sys::proc::{install_child_setup, ChildSetup};
@@ -159,7 +158,7 @@ impl Runner for DirectRunner {
             what: format!("encode spec: {e}"),
         })?;
         let spec_file = self.spec_file(id);
-        fsutil::atomic_write(&spec_file, &spec_json, 0o600)
+        gpuq_durable::write_atomic(&spec_file, &spec_json, 0o600)
             .map_err(io(format!("write {}", spec_file.display())))?;
         let procs: OwnedFd = std::fs::OpenOptions::new()
             .write(true)
@@ -289,7 +288,7 @@ pub fn job_shim(spec_path: &Path, exit_path: &Path) -> i32 {
         }
     };
     let bytes = serde_json::to_vec(&outcome).unwrap_or_default();
-    if let Err(e) = fsutil::atomic_write(exit_path, &bytes, 0o600) {
+    if let Err(e) = gpuq_durable::write_atomic(exit_path, &bytes, 0o600) {
         fail(format!("job shim: cannot record exit status: {e}"));
         return 1;
     }
