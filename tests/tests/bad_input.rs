@@ -203,3 +203,63 @@ fn an_unknown_gpu_state_keeps_the_gate_closed_and_says_why() {
     assert_eq!(b.state(id), "queued");
     assert!(!w.join("ran").exists());
 }
+
+#[test]
+fn a_log_directory_owned_by_someone_else_refuses_the_submit_and_stores_nothing() {
+    require_env!();
+    let b = TestBroker::start();
+    let alice = User::new(61001, 61001, &[]);
+    let w = b.workdir(Some(&alice), "alice");
+    // Someone else's directory where alice's logs would go.
+    let dir = b.path("logs/61001");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(61002), Some(61002)).unwrap();
+    let out = b.gpuq_in(Some(&alice), &w, &[], &["submit", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("owned by uid 61002"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(b.job_count(), 0);
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "nothing written into it"
+    );
+}
+
+#[test]
+fn a_symlink_planted_as_the_log_never_makes_root_write_through_it() {
+    require_env!();
+    use std::os::unix::fs::MetadataExt;
+    let b = TestBroker::start();
+    let alice = User::new(61001, 61001, &[]);
+    let w = b.workdir(Some(&alice), "alice");
+    // The first job creates alice's log dir; she then plants a symlink
+    // where the next job's log will be.
+    let first = b.submit(Some(&alice), &w, &["--", "true"]);
+    b.wait_state(first, "completed", 30);
+    let victim = b.path("victim");
+    std::fs::write(&victim, "root's data\n").unwrap();
+    let before = std::fs::metadata(&victim).unwrap();
+    let next = b.path(&format!("logs/61001/gpuq-{}.log", first + 1));
+    std::os::unix::fs::symlink(&victim, &next).unwrap();
+    let out = b.gpuq_in(Some(&alice), &w, &[], &["submit", "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's data\n");
+    let after = std::fs::metadata(&victim).unwrap();
+    assert_eq!(
+        (after.uid(), after.mode(), after.len()),
+        (before.uid(), before.mode(), before.len())
+    );
+    // The job is on record as failed, with the reason, and never ran.
+    let j = b.job(first + 1);
+    assert_eq!(j["state"], "failed", "{j}");
+    assert!(
+        j["reason"].as_str().unwrap().contains("cannot create log"),
+        "{j}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(!w.join("ran").exists());
+}
