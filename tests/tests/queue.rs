@@ -273,7 +273,10 @@ fn maintenance_lock_refuses_users_lets_root_run_and_survives_restart() {
     let w = b.workdir(Some(&a), "alice");
     let rw = b.workdir(None, "root");
     // A blocker keeps the gate busy so that alice's job is queued when the lock comes.
-    let blocker = b.submit(ROOT, &rw, &["--", "sleep", "1"]);
+    let blocker = b.submit(ROOT, &rw, &["--", "bash", "-c", "touch started; sleep 1"]);
+    // The blocker must really be running (not between "running" and its
+    // spawn, which a kill turns into `lost`) so that the five stay queued.
+    assert!(eventually(30, || rw.join("started").exists()));
     let waiting = b.submit(Some(&a), &w, &["--", "touch", "alice-ran"]);
     // Only root may lock.
     let denied = b.gpuq(Some(&a), &["lock", "--reason", "mine"]);
@@ -352,8 +355,15 @@ fn a_job_that_ends_while_the_broker_is_down_is_settled_from_its_exit_record() {
     require_env!();
     let mut b = TestBroker::start();
     let w = b.workdir(None, "w");
-    let id = b.submit(ROOT, &w, &["--", "bash", "-c", "sleep 0.5; exit 9"]);
+    let id = b.submit(
+        ROOT,
+        &w,
+        &["--", "bash", "-c", "touch started; sleep 0.5; exit 9"],
+    );
+    // "running" is recorded before the spawn (write before act); a kill in
+    // between is the `lost` case, so wait until the job itself has begun.
     b.wait_state(id, "running", 30);
+    assert!(eventually(30, || w.join("started").exists()));
     b.kill9();
     std::thread::sleep(Duration::from_millis(1200));
     b.spawn();
@@ -367,7 +377,10 @@ fn submit_ack_survives_kill_9_right_after() {
     let mut b = TestBroker::start();
     let w = b.workdir(None, "w");
     let rw = b.workdir(None, "r");
-    let blocker = b.submit(ROOT, &rw, &["--", "sleep", "1"]);
+    let blocker = b.submit(ROOT, &rw, &["--", "bash", "-c", "touch started; sleep 1"]);
+    // The blocker must really be running (not between "running" and its
+    // spawn, which a kill turns into `lost`) so that the five stay queued.
+    assert!(eventually(30, || rw.join("started").exists()));
     let ids: Vec<u64> = (0..5)
         .map(|i| b.submit(ROOT, &w, &["--", "bash", "-c", &format!("echo {i} >> out")]))
         .collect();
@@ -388,9 +401,15 @@ fn graceful_restart_keeps_the_running_job_and_re_adopts_it() {
     let id = b.submit(
         ROOT,
         &w,
-        &["--", "bash", "-c", "sleep 1.5; echo done > marker"],
+        &[
+            "--",
+            "bash",
+            "-c",
+            "touch started; sleep 1.5; echo done > marker",
+        ],
     );
     b.wait_state(id, "running", 30);
+    assert!(eventually(30, || w.join("started").exists()));
     let status = b.terminate();
     assert!(status.success(), "broker exits 0 on SIGTERM: {status}");
     assert!(!b.socket.exists(), "the socket is removed on a clean stop");
