@@ -18,6 +18,10 @@ set -euo pipefail
 
 HOSTS=(cxl2 da1 da2 da3 da4)
 NODES=(da1 da2 da3 da4)
+# Hosts with their own Podman API service: all five. A node's runs its
+# helper's DAOS containers; cxl2's runs the broker's own (the `dmg` admin
+# container, the agent).
+PODMAN_HOSTS=(cxl2 da1 da2 da3 da4)
 declare -A ADDR=(
   [cxl2]=10.200.0.10
   [da1]=10.200.0.11
@@ -289,6 +293,16 @@ step_node_dirs() { # NODE
   chmod 700 "$hd/ssh"
 }
 
+# cxl2: no sshd, no node helper; the broker's state, logs and forwards, and
+# its own Podman's storage and config.
+step_cxl2_dirs() {
+  local hd
+  hd=$(host_dir cxl2)
+  mkdir -p "$hd"/{etc,ssh,run,state,logs} \
+    "$hd"/podman/{root,run,tmp,vartmp,networks} "$D/logs"
+  chmod 700 "$hd/ssh"
+}
+
 step_sshd() { # NODE
   local n=$1 hd cfg pid
   hd=$(host_dir "$n")
@@ -331,12 +345,12 @@ EOF
   log "$n" "sshd pid $pid on ${ADDR[$n]}:22, log $D/logs/$n-sshd.log"
 }
 
-step_podman() { # NODE
+step_podman() { # HOST (cxl2 or a node)
   local n=$1 hd conf pid
   hd=$(host_dir "$n")
   conf=$(containers_conf "$n")
   # Settings this machine needs (environment.md): runc, cgroupfs, explicit
-  # ulimits, file events. The network config dir is per node so nothing is
+  # ulimits, file events. The network config dir is per host so nothing is
   # written to /etc/containers/networks.
   cat >"$conf" <<EOF
 [containers]
@@ -350,7 +364,7 @@ image_copy_tmp_dir = "$hd/podman/vartmp"
 network_config_dir = "$hd/podman/networks"
 EOF
   # Own --root/--runroot and --tmpdir (the default tmpdir /run/libpod would
-  # be shared between nodes). TMPDIR: where images/load spools archives.
+  # be shared between hosts). TMPDIR: where images/load spools archives.
   CONTAINERS_CONF=$conf TMPDIR=$hd/podman/vartmp \
     setsid nsenter --net="/run/netns/$(ns_of "$n")" \
     podman "${PODMAN_ARGS[@]}" --root "$hd/podman/root" --runroot "$hd/podman/run" \
@@ -362,17 +376,17 @@ EOF
 }
 PODMAN_ARGS=(--log-level=info)
 
-# The podman CLI on a node's own storage (for the harness and humans only;
-# gpuq itself speaks the API).
+# The podman CLI on a host's own storage (cxl2 or a node; for the harness
+# and humans only: gpuq itself speaks the API).
 # PODMAN_TIMEOUT (seconds) bounds it; unset: no limit (interactive use).
-node_podman() { # NODE ARGS...
+host_podman() { # HOST ARGS...
   local n=$1 hd limit=()
   shift
   hd=$(host_dir "$n")
   [[ -n ${PODMAN_TIMEOUT:-} ]] && limit=(timeout "$PODMAN_TIMEOUT")
-  # Inside the node's network namespace: `podman exec` and `podman run`
+  # Inside the host's network namespace: `podman exec` and `podman run`
   # with a host network put the process in the *caller's* namespace, and
-  # from the root namespace a node address would be routed out of the
+  # from the root namespace a cluster address would be routed out of the
   # machine (never send traffic to addresses we did not create).
   # (`down` after a crash may find the namespace gone: removing containers
   # sends no traffic, so it then runs where it is.)
@@ -383,8 +397,19 @@ node_podman() { # NODE ARGS...
     --tmpdir "$hd/podman/tmp" "$@"
 }
 
-ping_podman() { # NODE -> prints OK
+ping_podman() { # HOST -> prints OK
   curl -sS --max-time 2 --unix-socket "$(podman_sock "$1")" http://d/_ping 2>/dev/null
+}
+
+wait_podman() { # HOST: until its Podman API pings (fails if the service died)
+  local n=$1 i pid
+  pid=$(awk -v n="$n" '$1 == "pid" && $2 == n && $3 == "podman" {print $4}' "$MANIFEST")
+  for ((i = 0; i < 300; i++)); do
+    [[ $(ping_podman "$n") == OK ]] && return 0
+    pid_alive "$pid" || die "$n" "podman service exited: $(tail -n 3 "$D/logs/$n-podman.log" | tr '\n' ' ')"
+    sleep 0.05
+  done
+  [[ $(ping_podman "$n") == OK ]] || die "$n" "podman API does not answer; see $D/logs/$n-podman.log"
 }
 
 cluster_ssh() { # HOST ARGS... : ssh from cxl2's namespace
@@ -392,14 +417,8 @@ cluster_ssh() { # HOST ARGS... : ssh from cxl2's namespace
 }
 
 wait_node() { # NODE: until sshd answers over ssh from cxl2 and podman pings
-  local n=$1 i pid
-  pid=$(awk -v n="$n" '$1 == "pid" && $2 == n && $3 == "podman" {print $4}' "$MANIFEST")
-  for ((i = 0; i < 300; i++)); do
-    [[ $(ping_podman "$n") == OK ]] && break
-    pid_alive "$pid" || die "$n" "podman service exited: $(tail -n 3 "$D/logs/$n-podman.log" | tr '\n' ' ')"
-    sleep 0.05
-  done
-  [[ $(ping_podman "$n") == OK ]] || die "$n" "podman API does not answer; see $D/logs/$n-podman.log"
+  local n=$1 i
+  wait_podman "$n"
   for ((i = 0; i < 100; i++)); do
     cluster_ssh "$n" true 2>/dev/null && break
     sleep 0.05
@@ -463,8 +482,8 @@ step_node_helper() { # NODE
   log "$n" "gpuq-node pid $pid, socket $(node_sock "$n"), log $D/logs/$n-node.log"
 }
 
-# POST an image archive (docker-archive or oci-archive tar) to a node's API.
-load_image_into() { # NODE ARCHIVE -> prints the load report's names/IDs
+# POST an image archive (docker-archive or oci-archive tar) to a host's API.
+load_image_into() { # HOST ARCHIVE -> prints the load report's names/IDs
   local n=$1 archive=$2 out
   out=$(curl -sS --fail-with-body --max-time 300 --unix-socket "$(podman_sock "$n")" \
     -X POST -H 'Content-Type: application/x-tar' --data-binary "@$archive" \

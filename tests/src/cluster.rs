@@ -184,7 +184,7 @@ impl Cluster {
         &self.id.dir
     }
 
-    /// A node's Podman API socket.
+    /// A host's Podman API socket: a node's, or cxl2's own (the broker's).
     pub fn podman_sock(&self, node: &str) -> PathBuf {
         self.dir().join(node).join("run").join("podman.sock")
     }
