@@ -288,7 +288,7 @@ EOF
 step_node_dirs() { # NODE
   local n=$1 hd
   hd=$(host_dir "$n")
-  mkdir -p "$hd"/{etc,ssh,run,state,jobs,test} \
+  mkdir -p "$hd"/{etc,ssh,run,state,jobs,test,faults} \
     "$hd"/podman/{root,run,tmp,vartmp,networks} "$D/logs"
   chmod 700 "$hd/ssh"
 }
@@ -465,6 +465,8 @@ step_node_helper() { # NODE
       echo "mode = \"test\""
       echo "port = 10001"
       echo "fabric_iface = \"eth0\""
+      echo "# The simulator's fault switches: write $hd/faults/daos-sim-faults (docs/daos-sim.md)."
+      echo "sim_faults_dir = \"$hd/faults\""
     fi
   } >"$conf"
   chmod 644 "$conf"

@@ -417,3 +417,31 @@ pub fn pids_mentioning(needle: &str) -> Vec<(i32, String)> {
         })
         .collect()
 }
+
+/// The DAOS simulator image (`integration/daos-sim-image/build.sh`), built
+/// once per test binary: (archive path, `sha256:` image ID). Concurrent
+/// builds by other test binaries are safe (the script is).
+pub fn sim_image() -> (String, String) {
+    static IMAGE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let repo = harness_dir().join("../..").canonicalize().unwrap();
+            let out = Command::new(repo.join("integration/daos-sim-image/build.sh"))
+                .arg("--out")
+                .arg(crate::bin_dir().join("../daos-sim-image"))
+                .current_dir(&repo)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", crate::stderr(&out));
+            let t = crate::stdout(&out);
+            let get = |k: &str| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .unwrap()
+                    .trim()
+                    .to_string()
+            };
+            (get("archive: "), get("image: "))
+        })
+        .clone()
+}

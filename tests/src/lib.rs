@@ -117,6 +117,14 @@ pub struct TestBroker {
     pub cgroup_parent: PathBuf,
     child: Option<Child>,
     extra_config: String,
+    /// Tables appended after `[broker]` (e.g. `[daos]`).
+    pub tables: String,
+    /// Run the broker inside this network namespace (`/run/netns/NAME`).
+    pub netns: Option<String>,
+    /// The broker executable (default: the workspace's `gpuq-broker`).
+    pub broker_bin: Option<PathBuf>,
+    /// Extra environment for the broker process (e.g. `GPUQ_CRASH_AT`).
+    pub env: Vec<(String, String)>,
 }
 
 impl TestBroker {
@@ -128,6 +136,20 @@ impl TestBroker {
     /// `extra`: lines appended to the `[broker]` table (overriding nothing
     /// that is already set — pass keys not in the base config).
     pub fn start_with(extra: &str) -> Self {
+        let b = Self::prepare(extra);
+        Self::launch(b)
+    }
+
+    /// Write the config and start: `b` from [`TestBroker::prepare`], with
+    /// `tables`, `netns`, `broker_bin` or `env` set as needed.
+    pub fn launch(mut b: Self) -> Self {
+        b.write_config();
+        b.spawn();
+        b
+    }
+
+    /// A broker not started yet (see [`TestBroker::launch`]).
+    pub fn prepare(extra: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuq-test-")
             .tempdir()
@@ -140,17 +162,18 @@ impl TestBroker {
             .join(format!("gpuq-test-{}-{n}", std::process::id()));
         let socket = dir.path().join("broker.sock");
         let config = dir.path().join("broker.toml");
-        let mut b = TestBroker {
+        TestBroker {
             config,
             socket,
             cgroup_parent,
             child: None,
             extra_config: extra.to_string(),
+            tables: String::new(),
+            netns: None,
+            broker_bin: None,
+            env: Vec::new(),
             dir,
-        };
-        b.write_config();
-        b.spawn();
-        b
+        }
     }
 
     pub fn path(&self, rel: &str) -> PathBuf {
@@ -179,6 +202,8 @@ impl TestBroker {
             text.push_str("gpu = \"none\"\n");
         }
         text.push_str(&self.extra_config);
+        text.push('\n');
+        text.push_str(&self.tables);
         std::fs::write(&self.config, text).unwrap();
         std::fs::set_permissions(&self.config, std::fs::Permissions::from_mode(0o644)).unwrap();
     }
@@ -190,7 +215,20 @@ impl TestBroker {
             .append(true)
             .open(self.path("broker.log"))
             .unwrap();
-        let child = Command::new(bin("gpuq-broker"))
+        let broker = self
+            .broker_bin
+            .clone()
+            .unwrap_or_else(|| bin("gpuq-broker"));
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}")).arg(broker);
+                c
+            }
+            None => Command::new(broker),
+        };
+        let child = cmd
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .arg("--config")
             .arg(&self.config)
             .env("GPUQ_LOG", "debug")

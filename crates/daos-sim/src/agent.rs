@@ -83,6 +83,13 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock)
         .map_err(|e| SimError::io(format!("listen on {}", sock.display()), e))?;
+    // Like DAOS's dRPC server (os.Chmod(sockFile, 0777)): every local user's
+    // client library talks to the agent; the agent checks who they are.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| SimError::io(format!("chmod {}", sock.display()), e))?;
+    }
     let info = AttachInfo {
         system: cfg.name.clone(),
         access_points: cfg.access_points.clone(),

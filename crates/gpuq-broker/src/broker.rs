@@ -9,6 +9,7 @@
 //! are gone.
 
 use crate::config::BrokerConfig;
+use crate::daos::{self as daosjob, Daos, JobLog, Local};
 use crate::error::ApiError;
 use crate::gpu::GpuProbe;
 use crate::joblog;
@@ -65,6 +66,8 @@ pub struct Broker {
     /// every queued → running/cancelled transition.
     running: Mutex<HashMap<JobId, oneshot::Sender<CancelReq>>>,
     gate_reason: Mutex<Option<String>>,
+    /// DAOS jobs (`--inst`), when `[daos]` is configured.
+    daos: Option<Arc<Daos>>,
 }
 
 fn user_name(uid: u32) -> String {
@@ -85,6 +88,7 @@ impl Broker {
         store: Store,
         runner: Arc<dyn Runner>,
         gpu: Arc<dyn GpuProbe>,
+        daos: Option<Arc<Daos>>,
     ) -> Arc<Self> {
         Arc::new(Broker {
             cfg,
@@ -94,7 +98,12 @@ impl Broker {
             wake: Notify::new(),
             running: Mutex::new(HashMap::new()),
             gate_reason: Mutex::new(None),
+            daos,
         })
+    }
+
+    pub fn daos(&self) -> Option<&Arc<Daos>> {
+        self.daos.as_ref()
     }
 
     pub fn config(&self) -> &BrokerConfig {
@@ -213,9 +222,26 @@ impl Broker {
             )));
         }
         if let Some(inst) = &req.inst {
-            return Err(ApiError::NotEnabled(format!(
-                "DAOS profile '{inst}' is not configured on this broker: DAOS jobs (--inst) are not enabled here yet"
-            )));
+            match &self.daos {
+                None => {
+                    return Err(ApiError::NotEnabled(format!(
+                    "DAOS jobs (--inst {inst}) are not enabled on this broker (no [daos] in {})",
+                    self.cfg.source.display()
+                )))
+                }
+                Some(d) if d.profile(inst).is_none() => {
+                    return bad(format!(
+                        "--inst '{inst}' is not a DAOS profile here; configured: {}",
+                        d.config()
+                            .profiles
+                            .keys()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                }
+                Some(_) => {}
+            }
         }
         if !peer.is_root() {
             if let Some(l) = self.lock_state() {
@@ -443,6 +469,16 @@ impl Broker {
     /// others from what the runner recorded. Never starts a job again.
     pub async fn recover(self: &Arc<Self>) -> Result<(), ApiError> {
         for job in self.store.by_state(&[JobState::Running])? {
+            if job.inst.is_some() {
+                // Its lease was put on hold when the lease store opened; the
+                // experiment cannot go on on a system that must be cleaned.
+                let _ = self.runner.kill(job.id).await;
+                let end = lost(
+                    "the broker stopped during this DAOS job; its processes were ended and its lease is held until an operator runs `sudo gpuq recover`".into(),
+                );
+                self.record_end(&job, &end);
+                continue;
+            }
             if self.runner.alive(job.id).await? {
                 tracing::info!(job = %job.id, "re-adopting running job");
                 joblog::note(
@@ -489,6 +525,17 @@ impl Broker {
     }
 
     async fn tick(self: &Arc<Self>) -> Result<(), ApiError> {
+        if let Some(l) = self.daos.as_ref().and_then(|d| d.active()) {
+            if !matches!(l.phase, gpuq_lease::Phase::Held { .. }) && self.running_guard().is_empty()
+            {
+                // Only a job's own supervisor or `recover` moves a lease on.
+                *self.gate_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
+                    "DAOS lease {} is not released; `sudo gpuq recover` cleans it up",
+                    l.lease
+                ));
+                return Ok(());
+            }
+        }
         let queued = self.store.queue()?;
         let lock = self.lock_state();
         let hold = self.hold_state();
@@ -534,6 +581,10 @@ impl Broker {
             job.state = JobState::Running;
             job.started_at = Some(started);
             running.insert(job.id, tx);
+        }
+        if job.inst.is_some() {
+            tokio::spawn(Arc::clone(self).supervise_daos(job, rx));
+            return Ok(());
         }
         let spec = JobSpec {
             id: job.id,
@@ -661,8 +712,227 @@ impl Broker {
         }
     }
 
-    /// Log line, then the durable end, then forget the job's runtime state.
-    fn record_end(self: &Arc<Self>, job: &Job, end: &Ending) {
+    /// A DAOS job (`--inst`): the lease and its preparation (inside the
+    /// job's time limit), the experiment with the lease's variables, then
+    /// the cleanup, on every exit path. The job stays in `running` (the
+    /// gate stays closed) until its lease is released or held.
+    async fn supervise_daos(self: Arc<Self>, job: Job, mut cancel: oneshot::Receiver<CancelReq>) {
+        let id = job.id;
+        let note = |line: &str| joblog::note(&job.log_path, job.uid, line);
+        let fail_early = |why: String| Ending {
+            state: JobState::Failed,
+            exit_code: None,
+            signal: None,
+            reason: Some(why),
+            ended_at: now(),
+        };
+        let profile = job.inst.clone().unwrap_or_default();
+        let (daos, host) = match self
+            .daos
+            .as_ref()
+            .map(|d| (Arc::clone(d), d.host(&profile)))
+        {
+            Some((d, Ok(h))) => (d, h),
+            Some((_, Err(e))) => return self.record_end(&job, &fail_early(e)),
+            None => {
+                return self.record_end(
+                    &job,
+                    &fail_early("DAOS jobs are no longer enabled on this broker".into()),
+                )
+            }
+        };
+        if let Err(e) = joblog::create(&job.log_path, job.uid, job.gid) {
+            return self.record_end(&job, &fail_early(format!("cannot create log: {e}")));
+        }
+        let started = job.started_at.unwrap_or_else(now);
+        let left = (started + job.time_limit_secs as i64 - now()).max(0) as u64;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(left);
+        let lease = daosjob::lease_name(id, now());
+        let local = Local {
+            runner: &*self.runner,
+            job: Some(id),
+            host,
+            log: Some(JobLog {
+                path: job.log_path.clone(),
+                uid: job.uid,
+            }),
+        };
+        note(&format!(
+            "job {id} started as {} (uid {}) in {}: DAOS profile {profile}, lease {lease}; the limit {} covers preparation and the job",
+            job.user,
+            job.uid,
+            job.cwd,
+            duration::format(job.time_limit_secs)
+        ));
+        enum Why {
+            Exited(Result<Option<Outcome>, crate::runner::RunnerError>),
+            Timeout(&'static str),
+            Cancelled(CancelReq, &'static str),
+            Failed(String),
+        }
+        let owner = format!("job {id} ({}, uid {})", job.user, job.uid);
+        let t0 = std::time::Instant::now();
+        let prepared = tokio::select! {
+            r = daos.prepare(&lease, &owner, &profile, &local) => Ok(r),
+            _ = tokio::time::sleep_until(deadline) => Err(Why::Timeout("during preparation")),
+            Ok(req) = &mut cancel => Err(Why::Cancelled(req, "during preparation")),
+        };
+        let why = match prepared {
+            Err(w) => w,
+            Ok(Err(e)) => Why::Failed(format!("DAOS preparation failed: {e}")),
+            Ok(Ok((_lease, daos_env))) => {
+                note(&format!(
+                    "DAOS system ready in {:.2}s; starting the job",
+                    t0.elapsed().as_secs_f64()
+                ));
+                let mut env = policy::filter_env(&job.env, id.0);
+                env.extend(daos_env);
+                let spec = JobSpec {
+                    id,
+                    uid: job.uid,
+                    gid: job.gid,
+                    groups: job.groups.clone(),
+                    user: job.user.clone(),
+                    argv: job.argv.clone(),
+                    cwd: job.cwd.clone(),
+                    env,
+                    log_path: job.log_path.clone(),
+                    time_limit_secs: job.time_limit_secs,
+                };
+                let start = match joblog::create(&job.log_path, job.uid, job.gid) {
+                    Ok(log) => self
+                        .runner
+                        .start(&spec, log)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match start {
+                    Err(e) => Why::Failed(format!("could not start: {e}")),
+                    Ok(()) => tokio::select! {
+                        r = self.runner.wait(id) => Why::Exited(r),
+                        _ = tokio::time::sleep_until(deadline) => Why::Timeout("during the job"),
+                        Ok(req) = &mut cancel => Why::Cancelled(req, "while running"),
+                    },
+                }
+            }
+        };
+        let mut done = None;
+        let end = match why {
+            Why::Exited(Ok(Some(o))) => ending_from(o),
+            Why::Exited(Ok(None)) => {
+                lost("the job's processes ended without an exit status".into())
+            }
+            Why::Exited(Err(e)) => {
+                let _ = self.runner.kill(id).await;
+                lost(format!("lost track of the job: {e}"))
+            }
+            Why::Failed(e) => {
+                note(&e);
+                fail_early(e)
+            }
+            Why::Timeout(when) => {
+                note(&format!(
+                    "job {id} reached its time limit {} {when}: ending it and cleaning up",
+                    duration::format(job.time_limit_secs)
+                ));
+                let _ = self.runner.kill(id).await;
+                Ending {
+                    state: JobState::Timeout,
+                    exit_code: None,
+                    signal: Some(libc::SIGKILL),
+                    reason: Some(format!(
+                        "time limit {} reached {when}",
+                        duration::format(job.time_limit_secs)
+                    )),
+                    ended_at: now(),
+                }
+            }
+            Why::Cancelled(req, when) => {
+                note(&format!(
+                    "job {id} cancelled by {} {when}: ending it and cleaning up",
+                    req.by
+                ));
+                let _ = self.runner.kill(id).await;
+                done = Some(req.done);
+                Ending {
+                    state: JobState::Cancelled,
+                    exit_code: None,
+                    signal: Some(libc::SIGKILL),
+                    reason: Some(format!("cancelled by {} {when}", req.by)),
+                    ended_at: now(),
+                }
+            }
+        };
+        // The job's own end is recorded now; the next job still waits for
+        // the lease (this job stays in `running` until `forget`).
+        self.record_state(&job, &end);
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+        crash_point("before_cleanup");
+        match daos.cleanup_for(&lease, &local).await {
+            Ok(Some(m)) => tracing::info!(job = %id, "{m}"),
+            Ok(None) => {}
+            Err(e) => note(&format!(
+                "cleanup of lease {lease} did not finish: {e}. No job starts until an operator runs `sudo gpuq recover`"
+            )),
+        }
+        self.forget(&job);
+    }
+
+    /// `gpuq recover` (root): retry the held lease's cleanup.
+    pub async fn recover_lease(self: &Arc<Self>, peer: &Peer) -> Result<String, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may recover a held lease: run `sudo gpuq recover`".into(),
+            ));
+        }
+        let Some(daos) = self.daos.clone() else {
+            return Err(ApiError::NotEnabled(
+                "DAOS jobs are not enabled on this broker: there is no lease to recover".into(),
+            ));
+        };
+        if !self.running_guard().is_empty()
+            && daos
+                .active()
+                .is_some_and(|l| !matches!(l.phase, gpuq_lease::Phase::Held { .. }))
+        {
+            return Err(ApiError::Conflict(
+                "the lease is being cleaned by its job right now; wait for it (see `gpuq daos-status`)".into(),
+            ));
+        }
+        let log = daos
+            .active()
+            .and_then(|l| daosjob::job_of_lease(&l.lease))
+            .and_then(|id| self.store.get(id).ok().flatten())
+            .map(|j| JobLog {
+                path: j.log_path,
+                uid: j.uid,
+            });
+        let r = daos
+            .recover(&*self.runner, log)
+            .await
+            .map_err(ApiError::Conflict);
+        self.wake.notify_one();
+        r
+    }
+
+    /// `gpuq daos-status`: links, nodes, the lease; plus hold and lock.
+    pub async fn daos_status(&self) -> Result<serde_json::Value, ApiError> {
+        let Some(daos) = self.daos.clone() else {
+            return Err(ApiError::NotEnabled(
+                "DAOS jobs are not enabled on this broker (no [daos] section)".into(),
+            ));
+        };
+        let mut v = daos.status().await;
+        v["hold"] = serde_json::to_value(self.hold_state()).unwrap_or_default();
+        v["lock"] = serde_json::to_value(self.lock_state()).unwrap_or_default();
+        Ok(v)
+    }
+
+    /// Log line and the durable end of the job.
+    fn record_state(self: &Arc<Self>, job: &Job, end: &Ending) {
         let elapsed = job
             .started_at
             .map(|s| duration::format((end.ended_at - s).max(0) as u64))
@@ -688,6 +958,17 @@ impl Broker {
         if let Err(e) = self.store.finish(job.id, JobState::Running, end) {
             tracing::error!(job = %job.id, "cannot record the end: {e}");
         }
+        tracing::info!(job = %job.id, state = %end.state, "ended");
+    }
+
+    /// Log line, then the durable end, then forget the job's runtime state.
+    fn record_end(self: &Arc<Self>, job: &Job, end: &Ending) {
+        self.record_state(job, end);
+        self.forget(job);
+    }
+
+    /// Release the job's runner state and let the scheduler move on.
+    fn forget(self: &Arc<Self>, job: &Job) {
         let runner = Arc::clone(&self.runner);
         let id = job.id;
         let me = Arc::clone(self);
@@ -698,7 +979,6 @@ impl Broker {
             me.running_guard().remove(&id);
             me.wake.notify_one();
         });
-        tracing::info!(job = %job.id, state = %end.state, "ended");
     }
 }
 
@@ -787,3 +1067,18 @@ pub fn shell_words(argv: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// Test builds only (`--features crash-points`): abort the broker at the
+/// named lifecycle step when `GPUQ_CRASH_AT` names it. Release builds have
+/// no such code.
+#[cfg(feature = "crash-points")]
+pub fn crash_point(step: &str) {
+    if std::env::var("GPUQ_CRASH_AT").is_ok_and(|s| s == step) {
+        eprintln!("gpuq-broker: crash point {step}: aborting (test build)");
+        std::process::abort();
+    }
+}
+
+#[cfg(not(feature = "crash-points"))]
+#[inline(always)]
+pub fn crash_point(_step: &str) {}

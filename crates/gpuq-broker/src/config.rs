@@ -56,6 +56,111 @@ pub enum GpuKind {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     broker: RawBroker,
+    daos: Option<RawDaos>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaos {
+    run_dir: Option<PathBuf>,
+    podman_socket: Option<PathBuf>,
+    forward_dir: Option<PathBuf>,
+    ssh_user: Option<String>,
+    identity_file: PathBuf,
+    known_hosts_file: PathBuf,
+    ssh_config_file: Option<PathBuf>,
+    node_socket: Option<PathBuf>,
+    node_podman_socket: Option<PathBuf>,
+    join_timeout_secs: Option<u64>,
+    link_timeout_secs: Option<u64>,
+    nodes: Vec<RawNode>,
+    profiles: std::collections::BTreeMap<String, RawProfile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNode {
+    name: String,
+    host: String,
+    port: Option<u16>,
+    address: Option<String>,
+    node_socket: Option<PathBuf>,
+    podman_socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProfile {
+    image: String,
+    system: Option<String>,
+    port: Option<u16>,
+    replicas: Vec<String>,
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
+}
+
+/// `[daos]`: the storage nodes, how to reach them, and the profiles
+/// (`gpuq submit --inst NAME`). Absent: DAOS jobs are not enabled.
+#[derive(Debug, Clone)]
+pub struct DaosConfig {
+    /// Per-lease files on this host (control/agent configs, agent socket).
+    pub run_dir: PathBuf,
+    /// This host's Podman API socket (admin and agent containers).
+    pub podman_socket: PathBuf,
+    /// Where the forwarded node sockets live (0700).
+    pub forward_dir: PathBuf,
+    pub ssh_user: String,
+    pub identity_file: PathBuf,
+    pub known_hosts_file: PathBuf,
+    pub ssh_config_file: Option<PathBuf>,
+    /// The gpuq-node socket on every node (remote path).
+    pub node_socket: PathBuf,
+    /// The Podman socket on every node (remote path).
+    pub node_podman_socket: PathBuf,
+    pub join_timeout_secs: u64,
+    pub link_timeout_secs: u64,
+    pub nodes: Vec<DaosNode>,
+    pub profiles: std::collections::BTreeMap<String, DaosProfile>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DaosNode {
+    pub name: String,
+    /// The ssh destination.
+    pub host: String,
+    pub port: Option<u16>,
+    /// How dmg reaches the node's server (default: `host`).
+    pub address: String,
+    /// This node's gpuq-node socket, if not `[daos] node_socket`.
+    pub node_socket: Option<PathBuf>,
+    /// This node's Podman socket, if not `[daos] node_podman_socket`.
+    pub podman_socket: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DaosProfile {
+    /// `sha256:<64 hex>`: the one image ID servers, admin and agent use.
+    pub image: String,
+    pub system: String,
+    pub port: u16,
+    pub replicas: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// Variables a profile may not set: the ones gpuq sets itself per lease.
+const RESERVED_ENV: [&str; 4] = [
+    "DAOS_SYSTEM",
+    "DAOS_CONTROL_CONFIG",
+    "DAOS_AGENT_DRPC_DIR",
+    "GPUQ_JOB_ID",
+];
+
+fn is_image_id(s: &str) -> bool {
+    s.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    })
 }
 
 #[derive(Debug, Deserialize)]
@@ -86,6 +191,7 @@ pub struct BrokerConfig {
     pub gpu: GpuKind,
     pub default_time_secs: u64,
     pub max_time_secs: u64,
+    pub daos: Option<DaosConfig>,
 }
 
 impl BrokerConfig {
@@ -150,7 +256,12 @@ impl BrokerConfig {
             gpu: b.gpu.unwrap_or(GpuKind::Nvml),
             default_time_secs: dur("broker.default_time", b.default_time, "4h")?,
             max_time_secs: dur("broker.max_time", b.max_time, "7d")?,
+            daos: None,
         };
+        let mut cfg = cfg;
+        if let Some(d) = raw.daos {
+            cfg.daos = Some(parse_daos(d, &invalid, &abs)?);
+        }
         if cfg.default_time_secs > cfg.max_time_secs {
             return Err(invalid(
                 "broker.default_time",
@@ -163,6 +274,125 @@ impl BrokerConfig {
         }
         Ok(cfg)
     }
+}
+
+type Invalid<'a> = &'a dyn Fn(&'static str, String) -> ConfigError;
+type Abs<'a> = &'a dyn Fn(&'static str, Option<PathBuf>, &str) -> Result<PathBuf, ConfigError>;
+
+fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, ConfigError> {
+    if d.nodes.is_empty() {
+        return Err(invalid(
+            "daos.nodes",
+            "at least one [[daos.nodes]] is needed".into(),
+        ));
+    }
+    let mut nodes: Vec<DaosNode> = Vec::new();
+    for n in d.nodes {
+        let ok = !n.name.is_empty()
+            && n.name.len() <= 32
+            && n.name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(invalid(
+                "daos.nodes.name",
+                format!("'{}' is not a node name (letters, digits, - and _)", n.name),
+            ));
+        }
+        if nodes.iter().any(|m| m.name == n.name) {
+            return Err(invalid(
+                "daos.nodes.name",
+                format!("node '{}' is listed twice", n.name),
+            ));
+        }
+        if n.host.is_empty() || n.host.starts_with('-') {
+            return Err(invalid(
+                "daos.nodes.host",
+                format!("'{}' is not an ssh destination", n.host),
+            ));
+        }
+        let node_socket = match n.node_socket {
+            Some(p) => Some(abs("daos.nodes.node_socket", Some(p), "")?),
+            None => None,
+        };
+        let podman_socket = match n.podman_socket {
+            Some(p) => Some(abs("daos.nodes.podman_socket", Some(p), "")?),
+            None => None,
+        };
+        nodes.push(DaosNode {
+            node_socket,
+            podman_socket,
+            address: n.address.unwrap_or_else(|| n.host.clone()),
+            name: n.name,
+            host: n.host,
+            port: n.port,
+        });
+    }
+    if d.profiles.is_empty() {
+        return Err(invalid(
+            "daos.profiles",
+            "at least one [daos.profiles.NAME] is needed".into(),
+        ));
+    }
+    let mut profiles = std::collections::BTreeMap::new();
+    for (name, p) in d.profiles {
+        if !is_image_id(&p.image) {
+            return Err(invalid(
+                "daos.profiles.image",
+                format!("profile '{name}': '{}' is not a full image ID (sha256:<64 lowercase hex>); images are pinned by ID only", p.image),
+            ));
+        }
+        if p.replicas.is_empty() || p.replicas.len() % 2 == 0 {
+            return Err(invalid(
+                "daos.profiles.replicas",
+                format!("profile '{name}': DAOS needs an odd number of management-service replicas, got {}", p.replicas.len()),
+            ));
+        }
+        for k in p.env.keys() {
+            if RESERVED_ENV.contains(&k.as_str()) || k == "DAOS_POOL" || k == "DAOS_CONTAINER" {
+                return Err(invalid(
+                    "daos.profiles.env",
+                    format!("profile '{name}': {k} is set by gpuq per lease (or removed); remove it from the profile"),
+                ));
+            }
+        }
+        profiles.insert(
+            name,
+            DaosProfile {
+                image: p.image,
+                system: p.system.unwrap_or_else(|| "daos_server".into()),
+                port: p.port.unwrap_or(10001),
+                replicas: p.replicas,
+                env: p.env.into_iter().collect(),
+            },
+        );
+    }
+    Ok(DaosConfig {
+        run_dir: abs("daos.run_dir", d.run_dir, "/run/gpuq/daos")?,
+        podman_socket: abs(
+            "daos.podman_socket",
+            d.podman_socket,
+            "/run/podman/podman.sock",
+        )?,
+        forward_dir: abs("daos.forward_dir", d.forward_dir, "/run/gpuq/links")?,
+        ssh_user: d.ssh_user.unwrap_or_else(|| "root".into()),
+        identity_file: abs("daos.identity_file", Some(d.identity_file), "")?,
+        known_hosts_file: abs("daos.known_hosts_file", Some(d.known_hosts_file), "")?,
+        ssh_config_file: match d.ssh_config_file {
+            Some(p) => Some(abs("daos.ssh_config_file", Some(p), "")?),
+            None => None,
+        },
+        node_socket: abs("daos.node_socket", d.node_socket, "/run/gpuq/node.sock")?,
+        node_podman_socket: abs(
+            "daos.node_podman_socket",
+            d.node_podman_socket,
+            "/run/podman/podman.sock",
+        )?,
+        join_timeout_secs: d.join_timeout_secs.unwrap_or(120),
+        link_timeout_secs: d.link_timeout_secs.unwrap_or(15),
+        nodes,
+        profiles,
+    })
 }
 
 /// Refuse a config file that someone other than root could have written:

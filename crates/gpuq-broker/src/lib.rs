@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod daos;
 pub mod error;
 pub mod gpu;
 pub mod joblog;
@@ -49,7 +50,11 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
         config::GpuKind::Nvml => Arc::new(gpu::Nvml::new()),
     };
     let listener = bind(&cfg.socket)?;
-    let broker = broker::Broker::new(cfg, store, runner, gpu);
+    let daos = match cfg.daos.clone() {
+        Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
+        None => None,
+    };
+    let broker = broker::Broker::new(cfg, store, runner, gpu, daos);
     broker.recover().await?;
     tokio::spawn(Arc::clone(&broker).run_scheduler());
     tracing::info!(socket = %broker.config().socket.display(), "gpuq-broker ready");
@@ -72,6 +77,10 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
             .unwrap_or(false),
         "gpuq-broker stopping; running jobs continue and are re-adopted at the next start"
     );
+    if let Some(d) = running.daos() {
+        // The ssh masters are daemons of their own; end them with us.
+        d.close().await;
+    }
     let _ = std::fs::remove_file(&socket);
     Ok(())
 }

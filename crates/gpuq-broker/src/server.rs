@@ -170,6 +170,11 @@ async fn route(
             Ok(json(StatusCode::OK, &broker.lock(peer, &body.reason)?))
         }
         (Method::DELETE, ["v1", "lock"]) => Ok(json(StatusCode::OK, &broker.unlock(peer)?)),
+        (Method::POST, ["v1", "recover"]) => {
+            let msg = broker.recover_lease(peer).await?;
+            Ok(json(StatusCode::OK, &serde_json::json!({ "message": msg })))
+        }
+        (Method::GET, ["v1", "daos"]) => Ok(json(StatusCode::OK, &broker.daos_status().await?)),
         (m, _) => Err(ApiError::NoRoute(format!(
             "{m} {path} (see {})",
             routes::JOBS

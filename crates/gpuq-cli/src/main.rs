@@ -93,6 +93,17 @@ enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Retry the cleanup of the held DAOS lease from its first unconfirmed
+    /// step (root); the hold goes only when every node confirms.
+    Recover {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
+    DaosStatus {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {

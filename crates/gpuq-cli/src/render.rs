@@ -120,3 +120,84 @@ pub fn job(j: &JobView, now: i64) -> String {
     let _ = writeln!(out, "log:       {}", j.log_path);
     out
 }
+
+/// `gpuq daos-status` for people: the lease and hold first, then a line per
+/// node, then the profiles' pins.
+pub fn daos_status(v: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let s = |x: &serde_json::Value| x.as_str().unwrap_or("-").to_string();
+    if let Some(h) = v["hold"].as_object() {
+        let _ = writeln!(
+            o,
+            "HELD: lease {} at step {} on {}: {}\n  fix the cause, then run `sudo gpuq recover`",
+            s(&h["lease"].clone()),
+            h.get("step").map(s).unwrap_or_else(|| "-".into()),
+            h.get("node").map(s).unwrap_or_else(|| "-".into()),
+            h.get("reason").map(s).unwrap_or_default()
+        );
+    }
+    match v["lease"].as_object() {
+        Some(l) => {
+            let _ = writeln!(
+                o,
+                "lease {} ({}) for {}, profile {}",
+                s(&l["lease"]),
+                s(&l["phase"]),
+                s(&l["owner"]),
+                s(&l["profile"])
+            );
+        }
+        None => {
+            let _ = writeln!(o, "no DAOS lease");
+        }
+    }
+    if let Some(l) = v["lock"].as_object() {
+        let _ = writeln!(o, "LOCKED: {}", s(&l["reason"]));
+    }
+    let _ = writeln!(
+        o,
+        "NODE  LINK        HELPER      PODMAN   LEASE            CONTAINERS"
+    );
+    for n in v["nodes"].as_array().into_iter().flatten() {
+        let st = &n["status"];
+        let containers: Vec<String> = st["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| format!("{}:{}", s(&c["name"]), s(&c["state"])))
+            .collect();
+        let lease = st["lease"]["lease"].as_str().unwrap_or("-");
+        let _ = writeln!(
+            o,
+            "{:<5} {:<11} {:<11} {:<8} {:<16} {}",
+            s(&n["node"]),
+            s(&n["link"]),
+            st["helper_version"].as_str().unwrap_or("-"),
+            st["podman_api_version"].as_str().unwrap_or("-"),
+            lease,
+            if containers.is_empty() {
+                "-".into()
+            } else {
+                containers.join(" ")
+            }
+        );
+        if let Some(e) = n["error"].as_str() {
+            let _ = writeln!(o, "      error: {e}");
+        }
+        for p in st["pins"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                o,
+                "      profile {}: pinned image {} {}",
+                s(&p["profile"]),
+                s(&p["image"]),
+                if p["present"].as_bool() == Some(true) {
+                    "present"
+                } else {
+                    "NOT PRESENT"
+                }
+            );
+        }
+    }
+    o
+}

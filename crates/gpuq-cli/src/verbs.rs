@@ -144,6 +144,31 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 eprintln!("gpuq: the queue was not locked");
             }
         }
+        Verb::Recover { json } => {
+            let v: serde_json::Value = client
+                .call(Method::POST, routes::RECOVER, None::<&()>)
+                .await?;
+            if json {
+                print_json(&v);
+            } else {
+                eprintln!("gpuq: {}", v["message"].as_str().unwrap_or("recovered"));
+            }
+        }
+        Verb::DaosStatus { json } => {
+            let v: serde_json::Value = client.call(Method::GET, routes::DAOS, None::<&()>).await?;
+            if json {
+                print_json(&v);
+            } else {
+                print!("{}", crate::render::daos_status(&v));
+            }
+            let bad = v["hold"].is_object()
+                || v["nodes"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().any(|n| !n["error"].is_null()));
+            if bad {
+                return Ok(Exit::Refused as i32);
+            }
+        }
     }
     Ok(Exit::Ok as i32)
 }

@@ -187,6 +187,11 @@ impl LeaseStore {
         Ok((store, Some(lease)))
     }
 
+    /// The directory holding the records.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn path(&self, lease: &str) -> PathBuf {
         self.dir.join(format!("{lease}.json"))
     }

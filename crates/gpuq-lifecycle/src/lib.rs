@@ -12,6 +12,8 @@
 //! their gpuq-node sockets — in production the SSH-forwarded local sockets
 //! of the node links.
 
+pub mod host;
+
 use gpuq_client::{Client, ClientError};
 use gpuq_lease::{CleanupStep, Lease, LeaseError, LeaseStore, Phase};
 use gpuq_protocol::node::{
@@ -43,6 +45,14 @@ pub trait LocalSteps: Send + Sync {
     /// Do `step` (one of `KillJob`, `RemoveClients`, `StopAgent`,
     /// `SystemStop`) and say what was confirmed; an error holds the lease.
     async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String>;
+
+    /// A progress line for whoever watches (the broker writes it into the
+    /// job's log as a `gpuq:` line).
+    fn note(&self, _line: &str) {}
+}
+
+fn secs(t: std::time::Instant) -> String {
+    format!("{:.2}s", t.elapsed().as_secs_f64())
 }
 
 #[derive(Debug, Error)]
@@ -104,7 +114,8 @@ pub struct Lifecycle {
 
 impl Lifecycle {
     /// Create the lease (durable first), preflight all nodes, start all
-    /// servers. On a refusal or a failed start the lease is cleaned up
+    /// servers; the lease stays `preparing` (the caller formats, waits for
+    /// the joins, then [`Lifecycle::mark_running`]). On a refusal or a failed start the lease is cleaned up
     /// (nothing of a refused preflight needs wiping, but the lease still
     /// goes cleaning → released) and the error names every node's reasons.
     pub async fn prepare(
@@ -114,6 +125,11 @@ impl Lifecycle {
         local: &dyn LocalSteps,
     ) -> Result<Lease, LifecycleError> {
         let mut l = self.store.create(lease, owner, &self.profile, now())?;
+        local.note(&format!(
+            "lease {lease} created (durable) for profile {}",
+            self.profile
+        ));
+        let t = std::time::Instant::now();
         let req = PreflightRequest {
             lease: lease.to_string(),
             profile: self.profile.clone(),
@@ -139,6 +155,11 @@ impl Lifecycle {
             }
         }
         if !reasons.is_empty() {
+            local.note(&format!(
+                "preflight refused ({}): {}",
+                secs(t),
+                reasons.join("; ")
+            ));
             // Nothing was started anywhere: every step is confirmed as such
             // without calling the nodes (a node holding another lease would
             // rightly refuse a stop for this one), and the lease is released.
@@ -157,6 +178,12 @@ impl Lifecycle {
                 reasons,
             });
         }
+        local.note(&format!(
+            "preflight passed on {} nodes ({})",
+            self.nodes.len(),
+            secs(t)
+        ));
+        let t = std::time::Instant::now();
         let start = StartRequest {
             profile: self.profile.clone(),
             replicas: self.replicas.clone(),
@@ -176,6 +203,11 @@ impl Lifecycle {
             .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
             .collect();
         if !failures.is_empty() {
+            local.note(&format!(
+                "server start failed ({}): {}",
+                secs(t),
+                failures.join("; ")
+            ));
             self.store.transition(&mut l, Phase::Cleaning, now())?;
             self.cleanup(&mut l, local).await?;
             return Err(LifecycleError::Refused {
@@ -183,8 +215,18 @@ impl Lifecycle {
                 reasons: failures,
             });
         }
-        self.store.transition(&mut l, Phase::Running, now())?;
+        local.note(&format!(
+            "servers started on {} nodes ({})",
+            self.nodes.len(),
+            secs(t)
+        ));
         Ok(l)
+    }
+
+    /// The system is ready (formatted, joined, agent up): the job may run.
+    pub fn mark_running(&self, l: &mut Lease) -> Result<(), LifecycleError> {
+        self.store.transition(l, Phase::Running, now())?;
+        Ok(())
     }
 
     /// From the first unconfirmed step to the release; any failure holds.
@@ -200,6 +242,7 @@ impl Lifecycle {
             self.store.transition(l, Phase::Cleaning, now())?;
         }
         while let Some(step) = l.next_step() {
+            let t = std::time::Instant::now();
             let result: Result<String, Vec<String>> = match step {
                 CleanupStep::KillJob
                 | CleanupStep::RemoveClients
@@ -240,24 +283,35 @@ impl Lifecycle {
                 }
             };
             match result {
-                Ok(detail) => self.store.step_done(l, step, &detail, now())?,
+                Ok(detail) => {
+                    let detail = format!("{detail} ({})", secs(t));
+                    local.note(&format!("cleanup {}: {detail}", step_name(step)));
+                    self.store.step_done(l, step, &detail, now())?
+                }
                 Err(failures) => {
+                    local.note(&format!(
+                        "cleanup {} FAILED ({}): {}",
+                        step_name(step),
+                        secs(t),
+                        failures.join("; ")
+                    ));
                     let node = failures
                         .first()
                         .and_then(|f| f.split(':').next())
                         .map(str::to_string);
-                    let reason = format!("{step:?} failed: {}", failures.join("; "));
+                    let reason = format!("{} failed: {}", step_name(step), failures.join("; "));
                     self.store
                         .hold(l, Some(step), node.as_deref(), &reason, now())?;
                     return Err(LifecycleError::Held {
                         lease: l.lease.clone(),
-                        step: format!("{step:?}"),
+                        step: step_name(step),
                         failures,
                     });
                 }
             }
         }
         self.store.release(l, now())?;
+        local.note(&format!("lease {} released", l.lease));
         Ok(())
     }
 
@@ -281,4 +335,12 @@ impl Lifecycle {
         self.cleanup(&mut l, local).await?;
         Ok(l.lease)
     }
+}
+
+/// The step's name as the lease record spells it (`kill_job`, `wipe`, ...).
+pub fn step_name(step: CleanupStep) -> String {
+    serde_json::to_value(step)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_else(|| format!("{step:?}"))
 }

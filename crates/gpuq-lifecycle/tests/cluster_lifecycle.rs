@@ -20,32 +20,6 @@ impl LocalSteps for NothingLocal {
     }
 }
 
-/// The simulator image, built once per test binary.
-fn sim_image() -> (String, String) {
-    static IMAGE: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
-    IMAGE.get_or_init(build_sim_image).clone()
-}
-
-fn build_sim_image() -> (String, String) {
-    let repo = harness_dir().join("../..").canonicalize().unwrap();
-    let out = std::process::Command::new(repo.join("integration/daos-sim-image/build.sh"))
-        .arg("--out")
-        .arg(bin_dir().join("../daos-sim-image"))
-        .current_dir(&repo)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let t = stdout(&out);
-    let get = |k: &str| {
-        t.lines()
-            .find_map(|l| l.strip_prefix(k))
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    (get("archive: "), get("image: "))
-}
-
 fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
     let (store, held) = LeaseStore::open(state, 0).unwrap();
     assert!(held.is_none());
@@ -174,7 +148,7 @@ async fn a_node_that_cannot_stop_holds_every_job_until_recover() {
     let e = lc.cleanup(&mut lease, &NothingLocal).await.unwrap_err();
     assert!(
         matches!(&e, LifecycleError::Held { step, failures, .. }
-        if step == "StopServers" && failures.iter().any(|f| f.starts_with("da3: "))),
+        if step == "stop_servers" && failures.iter().any(|f| f.starts_with("da3: "))),
         "{e}"
     );
     let blocked = lc.store.blocked().unwrap().expect("held");

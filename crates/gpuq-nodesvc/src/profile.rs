@@ -70,6 +70,11 @@ struct RawProfile {
     /// Seconds between SIGTERM and SIGKILL when stopping the server.
     #[serde(default = "default_grace")]
     stop_grace_secs: u64,
+    /// Test mode only: a host directory mounted read-only into the server
+    /// container, where the DAOS simulator reads its fault switches
+    /// (`daos-sim-faults`, docs/daos-sim.md). Refused in physical mode.
+    #[serde(default)]
+    sim_faults_dir: Option<PathBuf>,
 }
 
 fn default_provider() -> String {
@@ -104,6 +109,8 @@ pub struct Profile {
     pub bdev_size_gib: u32,
     pub command: Vec<String>,
     pub stop_grace_secs: u64,
+    /// Test mode only: where the simulator's fault switches live.
+    pub sim_faults_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,6 +179,20 @@ impl ServiceConfig {
             if command.is_empty() {
                 return Err(invalid(key("command"), "must not be empty".into()));
             }
+            if let Some(d) = &p.sim_faults_dir {
+                if p.mode != Mode::Test {
+                    return Err(invalid(
+                        key("sim_faults_dir"),
+                        "is a test-mode switch for the DAOS simulator; remove it from physical profiles".into(),
+                    ));
+                }
+                if !d.is_absolute() {
+                    return Err(invalid(
+                        key("sim_faults_dir"),
+                        "expected an absolute path".into(),
+                    ));
+                }
+            }
             profiles.insert(
                 name.clone(),
                 Profile {
@@ -188,6 +209,7 @@ impl ServiceConfig {
                     bdev_size_gib: p.bdev_size_gib,
                     command,
                     stop_grace_secs: p.stop_grace_secs,
+                    sim_faults_dir: p.sim_faults_dir,
                 },
             );
         }

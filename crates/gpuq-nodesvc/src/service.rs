@@ -665,6 +665,15 @@ fn server_spec(lease: &str, p: &Profile, config: &Path, data: &Path) -> Containe
             hard: 4096,
         },
     ];
+    if let Some(d) = &p.sim_faults_dir {
+        // Test mode only (the profile refuses it otherwise): the simulator's
+        // fault switches, re-read at each of its decisions.
+        spec.mounts.push(bind(d, "/run/daos-sim", &["ro"]));
+        spec.env.insert(
+            "DAOS_SIM_FAULTS_FILE".into(),
+            "/run/daos-sim/daos-sim-faults".into(),
+        );
+    }
     if p.mode == Mode::Physical {
         // daos.md "Server container": uio needs privileged; SPDK needs the
         // host's /dev (new nodes appear on rebinding), hugepages and the

@@ -20,6 +20,10 @@ pub mod routes {
     pub const STATUS: &str = "/v1/status";
     /// `POST` a [`super::LockRequest`] to lock, `DELETE` to unlock, `GET` to read.
     pub const LOCK: &str = "/v1/lock";
+    /// `POST` (root): retry the held DAOS lease's cleanup (`gpuq recover`).
+    pub const RECOVER: &str = "/v1/recover";
+    /// `GET`: links, nodes, lease, hold and lock (`gpuq daos-status`).
+    pub const DAOS: &str = "/v1/daos";
 }
 
 /// A job's number, unique for the life of the broker's store, never reused.

@@ -1,0 +1,355 @@
+//! DAOS jobs (`gpuq submit --inst NAME`): the broker's side of a lease.
+//!
+//! The nodes are reached through [`gpuq_nodelink`] (one SSH master per node
+//! forwarding local sockets to its gpuq-node and Podman); the node steps are
+//! [`gpuq_lifecycle::Lifecycle`]'s, the GPU host's containers (admin `dmg`,
+//! agent, clients) [`gpuq_lifecycle::host::Host`]'s. The lease records live
+//! in the broker's state directory, next to `blocked.json`, which the gate
+//! reads on every decision: a lease that is not released holds every job.
+
+use crate::config::{DaosConfig, DaosProfile};
+use crate::joblog;
+use crate::runner::Runner;
+use gpuq_lease::{CleanupStep, Lease, LeaseStore, Phase};
+use gpuq_lifecycle::host::{Host, HostProfile};
+use gpuq_lifecycle::{Lifecycle, LifecycleError, LocalSteps, Node};
+use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
+use gpuq_podman::ImageId;
+use gpuq_protocol::JobId;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The lease name of a job: `job<ID>-<unix time>` (unique, and `recover`
+/// finds the job again from it).
+pub fn lease_name(job: JobId, now: i64) -> String {
+    format!("job{}-{now}", job.0)
+}
+
+/// The job a lease serves, from its name.
+pub fn job_of_lease(lease: &str) -> Option<JobId> {
+    let rest = lease.strip_prefix("job")?;
+    let (id, _) = rest.split_once('-')?;
+    id.parse().ok().map(JobId)
+}
+
+#[derive(Debug)]
+pub struct Daos {
+    cfg: DaosConfig,
+    store: LeaseStore,
+    links: NodeLinks,
+}
+
+/// Where a lease's job writes its `gpuq:` lines.
+#[derive(Debug, Clone)]
+pub struct JobLog {
+    pub path: PathBuf,
+    pub uid: u32,
+}
+
+/// The broker-local cleanup steps of one lease, and its progress lines.
+#[derive(Debug)]
+pub struct Local<'a> {
+    pub runner: &'a dyn Runner,
+    pub job: Option<JobId>,
+    pub host: Host,
+    pub log: Option<JobLog>,
+}
+
+#[async_trait::async_trait]
+impl LocalSteps for Local<'_> {
+    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String> {
+        match step {
+            CleanupStep::KillJob => match self.job {
+                None => Ok("no job recorded for this lease".into()),
+                Some(id) => {
+                    self.runner
+                        .kill(id)
+                        .await
+                        .map_err(|e| format!("end job {id}: {e}"))?;
+                    if self.runner.alive(id).await.map_err(|e| e.to_string())? {
+                        return Err(format!("job {id} still has processes after the kill"));
+                    }
+                    Ok(format!("job {id}: no process left"))
+                }
+            },
+            CleanupStep::RemoveClients => self.host.remove_clients(&lease.lease).await,
+            CleanupStep::StopAgent => self.host.stop_agent(&lease.lease).await,
+            CleanupStep::SystemStop => self.host.system_stop(&lease.lease).await,
+            CleanupStep::StopServers | CleanupStep::Wipe => {
+                Err(format!("{step:?} is a node step, not the broker's"))
+            }
+        }
+    }
+
+    fn note(&self, line: &str) {
+        tracing::info!("{line}");
+        if let Some(l) = &self.log {
+            joblog::note(&l.path, l.uid, line);
+        }
+    }
+}
+
+impl Daos {
+    /// Open the lease store (an unreleased lease is put on hold here) and
+    /// start the node links.
+    pub fn start(cfg: DaosConfig, state_dir: &Path, now: i64) -> anyhow::Result<Arc<Self>> {
+        let (store, held) = LeaseStore::open(state_dir, now)?;
+        if let Some(l) = &held {
+            tracing::warn!(lease = %l.lease, "an unreleased DAOS lease is held; run `gpuq recover`");
+        }
+        let links = NodeLinks::new(
+            cfg.nodes
+                .iter()
+                .map(|n| LinkConfig {
+                    name: n.name.clone(),
+                    host: n.host.clone(),
+                    user: cfg.ssh_user.clone(),
+                    port: n.port,
+                    identity_file: cfg.identity_file.clone(),
+                    known_hosts_file: cfg.known_hosts_file.clone(),
+                    ssh_config_file: cfg.ssh_config_file.clone(),
+                    node_socket: n
+                        .node_socket
+                        .clone()
+                        .unwrap_or_else(|| cfg.node_socket.clone()),
+                    podman_socket: n
+                        .podman_socket
+                        .clone()
+                        .unwrap_or_else(|| cfg.node_podman_socket.clone()),
+                    forward_dir: cfg.forward_dir.clone(),
+                })
+                .collect(),
+            Timings::default(),
+        )?;
+        links.start_all();
+        Ok(Arc::new(Daos { cfg, store, links }))
+    }
+
+    pub fn config(&self) -> &DaosConfig {
+        &self.cfg
+    }
+
+    pub fn profile(&self, name: &str) -> Option<&DaosProfile> {
+        self.cfg.profiles.get(name)
+    }
+
+    pub fn host(&self, profile: &str) -> Result<Host, String> {
+        let p = self
+            .profile(profile)
+            .ok_or_else(|| format!("profile '{profile}' is not configured"))?;
+        Ok(Host {
+            podman_socket: self.cfg.podman_socket.clone(),
+            run_dir: self.cfg.run_dir.clone(),
+            profile: HostProfile {
+                image: ImageId::parse(&p.image).map_err(|e| e.to_string())?,
+                system: p.system.clone(),
+                port: p.port,
+                hostlist: self.cfg.nodes.iter().map(|n| n.address.clone()).collect(),
+                access_points: p.replicas.clone(),
+                join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
+                env: p.env.clone(),
+            },
+        })
+    }
+
+    fn lifecycle(&self, profile: &str) -> Lifecycle {
+        let replicas = self
+            .profile(profile)
+            .map(|p| p.replicas.clone())
+            .unwrap_or_default();
+        Lifecycle {
+            store: self.store.clone(),
+            nodes: self
+                .links
+                .links()
+                .iter()
+                .map(|l| Node::new(l.name(), l.sockets().node_sock))
+                .collect(),
+            profile: profile.to_string(),
+            replicas,
+        }
+    }
+
+    fn link_timeout(&self) -> Duration {
+        Duration::from_secs(self.cfg.link_timeout_secs)
+    }
+
+    /// The active lease, if any (preparing, running, cleaning or held).
+    pub fn active(&self) -> Option<Lease> {
+        let dir = self.store_dir();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("active.json")).ok()?).ok()?;
+        self.store.load(v["lease"].as_str()?).ok()
+    }
+
+    fn store_dir(&self) -> PathBuf {
+        self.store.dir().to_path_buf()
+    }
+
+    /// Steps 2–4 of mission.md §4 for one job: lease (durable first),
+    /// preflight and server start on all nodes, format, four joins, agent.
+    /// Returns the lease and the job's DAOS variables. On an error the lease
+    /// may exist: the caller always runs [`Daos::cleanup_for`].
+    pub async fn prepare(
+        &self,
+        lease: &str,
+        owner: &str,
+        profile: &str,
+        local: &Local<'_>,
+    ) -> Result<(Lease, Vec<(String, String)>), String> {
+        let t = std::time::Instant::now();
+        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        if !up.all_ok() {
+            let why: Vec<String> = up
+                .nodes
+                .iter()
+                .filter_map(|n| n.result.as_ref().err().map(|e| format!("{}: {e}", n.node)))
+                .collect();
+            return Err(format!(
+                "node links are not up, nothing was started: {}",
+                why.join("; ")
+            ));
+        }
+        local.note(&format!(
+            "links to {} nodes up ({:.2}s)",
+            self.links.links().len(),
+            t.elapsed().as_secs_f64()
+        ));
+        let lc = self.lifecycle(profile);
+        let host = &local.host;
+        let mut l = lc
+            .prepare(lease, owner, local)
+            .await
+            .map_err(|e| e.to_string())?;
+        let step = |what: &str, t: std::time::Instant, detail: &str| {
+            local.note(&format!(
+                "{what}: {detail} ({:.2}s)",
+                t.elapsed().as_secs_f64()
+            ));
+        };
+        let t = std::time::Instant::now();
+        host.write_files(lease)?;
+        let f = host
+            .format(lease)
+            .await
+            .map_err(|e| format!("format: {e}"))?;
+        step("format", t, &f);
+        let t = std::time::Instant::now();
+        let n = self.cfg.nodes.len();
+        let j = host
+            .wait_joined(lease, n)
+            .await
+            .map_err(|e| format!("join: {e}"))?;
+        step("join", t, &j);
+        let t = std::time::Instant::now();
+        let a = host
+            .start_agent(lease)
+            .await
+            .map_err(|e| format!("agent: {e}"))?;
+        step("agent", t, &a);
+        lc.mark_running(&mut l).map_err(|e| e.to_string())?;
+        Ok((l, host.job_env(lease)))
+    }
+
+    /// Clean up `lease` if it is still active and not held: every step,
+    /// all nodes; a failure holds it. `Ok(None)`: nothing to clean.
+    pub async fn cleanup_for(
+        &self,
+        lease: &str,
+        local: &Local<'_>,
+    ) -> Result<Option<String>, String> {
+        let Some(mut l) = self.active().filter(|l| l.lease == lease) else {
+            return Ok(None);
+        };
+        if matches!(l.phase, Phase::Held { .. } | Phase::Released) {
+            return Ok(None);
+        }
+        let _ = self.links.ensure_all_up(self.link_timeout()).await;
+        let lc = self.lifecycle(&l.profile);
+        match lc.cleanup(&mut l, local).await {
+            Ok(()) => Ok(Some(format!(
+                "lease {lease} cleaned on all nodes and released"
+            ))),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// `gpuq recover`: the held (or abandoned) lease, from its first
+    /// unconfirmed step.
+    pub async fn recover(
+        &self,
+        runner: &dyn Runner,
+        log: Option<JobLog>,
+    ) -> Result<String, String> {
+        let Some(l) = self.active() else {
+            return Err(LifecycleError::NothingToRecover.to_string());
+        };
+        let host = self.host(&l.profile)?;
+        let local = Local {
+            runner,
+            job: job_of_lease(&l.lease),
+            host,
+            log,
+        };
+        let _ = self.links.ensure_all_up(self.link_timeout()).await;
+        let lc = self.lifecycle(&l.profile);
+        let lease = l.lease.clone();
+        lc.recover(Some(l), &local)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "lease {lease}: every cleanup step confirmed on all nodes; released"
+        ))
+    }
+
+    /// `gpuq daos-status`: links, every node's helper status, the lease.
+    pub async fn status(&self) -> serde_json::Value {
+        let states = self.links.states();
+        let mut nodes = Vec::new();
+        for l in self.links.links() {
+            let state = states
+                .iter()
+                .find(|(n, _)| n == l.name())
+                .map(|(_, s)| s.clone());
+            let link = state.as_ref().map(|s| s.label()).unwrap_or("unknown");
+            let (helper, error) = if state.as_ref().is_some_and(|s| s.is_up()) {
+                let c = gpuq_client::Client::new(l.sockets().node_sock);
+                match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    c.call::<serde_json::Value>(hyper::Method::GET, "/v1/status", None::<&()>),
+                )
+                .await
+                {
+                    Ok(Ok(v)) => (v, None),
+                    Ok(Err(e)) => (serde_json::Value::Null, Some(e.to_string())),
+                    Err(_) => (serde_json::Value::Null, Some("no answer within 5s".into())),
+                }
+            } else {
+                let why = match &state {
+                    Some(gpuq_nodelink::LinkState::Down { last_error, .. }) => last_error.clone(),
+                    _ => "link not up".into(),
+                };
+                (serde_json::Value::Null, Some(why))
+            };
+            nodes.push(serde_json::json!({
+                "node": l.name(),
+                "link": link,
+                "status": helper,
+                "error": error,
+            }));
+        }
+        let lease = self
+            .active()
+            .map(|l| serde_json::to_value(l).unwrap_or_default());
+        serde_json::json!({
+            "nodes": nodes,
+            "lease": lease,
+            "profiles": self.cfg.profiles.iter().map(|(n, p)| serde_json::json!({"name": n, "image": p.image})).collect::<Vec<_>>(),
+        })
+    }
+
+    pub async fn close(&self) {
+        self.links.close_all().await;
+    }
+}
