@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+pub mod daos_site;
 pub mod systemd_box;
 
 /// Where the workspace's binaries are: `$GPUQ_BIN_DIR`, else the target

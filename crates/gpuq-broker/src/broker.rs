@@ -809,11 +809,14 @@ impl Broker {
                 };
                 match start {
                     Err(e) => Why::Failed(format!("could not start: {e}")),
-                    Ok(()) => tokio::select! {
+                    Ok(()) => {
+                        crash_point("job_started");
+                        tokio::select! {
                         r = self.runner.wait(id) => Why::Exited(r),
                         _ = tokio::time::sleep_until(deadline) => Why::Timeout("during the job"),
                         Ok(req) = &mut cancel => Why::Cancelled(req, "while running"),
-                    },
+                        }
+                    }
                 }
             }
         };
@@ -870,7 +873,7 @@ impl Broker {
         if let Some(done) = done {
             let _ = done.send(());
         }
-        crash_point("before_cleanup");
+        crash_point("job_ended");
         match daos.cleanup_for(&lease, &local).await {
             Ok(Some(m)) => tracing::info!(job = %id, "{m}"),
             Ok(None) => {}

@@ -88,6 +88,10 @@ impl LocalSteps for Local<'_> {
             joblog::note(&l.path, l.uid, line);
         }
     }
+
+    fn checkpoint(&self, point: &str) {
+        crate::broker::crash_point(point);
+    }
 }
 
 impl Daos {
@@ -235,6 +239,7 @@ impl Daos {
             .await
             .map_err(|e| format!("format: {e}"))?;
         step("format", t, &f);
+        local.checkpoint("formatted");
         let t = std::time::Instant::now();
         let n = self.cfg.nodes.len();
         let j = host
@@ -242,12 +247,14 @@ impl Daos {
             .await
             .map_err(|e| format!("join: {e}"))?;
         step("join", t, &j);
+        local.checkpoint("joined");
         let t = std::time::Instant::now();
         let a = host
             .start_agent(lease)
             .await
             .map_err(|e| format!("agent: {e}"))?;
         step("agent", t, &a);
+        local.checkpoint("agent_started");
         lc.mark_running(&mut l).map_err(|e| e.to_string())?;
         Ok((l, host.job_env(lease)))
     }

@@ -49,11 +49,14 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
         config::GpuKind::None => Arc::new(gpu::NoGpu),
         config::GpuKind::Nvml => Arc::new(gpu::Nvml::new()),
     };
-    let listener = bind(&cfg.socket)?;
+    // SIGTERM is a clean stop from the moment a client can connect.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // An unreleased lease is held (blocked.json) before anyone can connect.
     let daos = match cfg.daos.clone() {
         Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
         None => None,
     };
+    let listener = bind(&cfg.socket)?;
     let broker = broker::Broker::new(cfg, store, runner, gpu, daos);
     broker.recover().await?;
     tokio::spawn(Arc::clone(&broker).run_scheduler());
@@ -61,7 +64,6 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
     let socket = broker.config().socket.clone();
     let running = Arc::clone(&broker);
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = server::serve(listener, broker) => {}
         _ = term.recv() => {}

@@ -49,6 +49,11 @@ pub trait LocalSteps: Send + Sync {
     /// A progress line for whoever watches (the broker writes it into the
     /// job's log as a `gpuq:` line).
     fn note(&self, _line: &str) {}
+
+    /// Called when the lifecycle reaches a named point (after the state of
+    /// that point is durable). The broker's test build can abort there
+    /// (crash tests); otherwise nothing happens.
+    fn checkpoint(&self, _point: &str) {}
 }
 
 fn secs(t: std::time::Instant) -> String {
@@ -129,6 +134,7 @@ impl Lifecycle {
             "lease {lease} created (durable) for profile {}",
             self.profile
         ));
+        local.checkpoint("lease_created");
         let t = std::time::Instant::now();
         let req = PreflightRequest {
             lease: lease.to_string(),
@@ -183,6 +189,7 @@ impl Lifecycle {
             self.nodes.len(),
             secs(t)
         ));
+        local.checkpoint("preflight_passed");
         let t = std::time::Instant::now();
         let start = StartRequest {
             profile: self.profile.clone(),
@@ -220,6 +227,7 @@ impl Lifecycle {
             self.nodes.len(),
             secs(t)
         ));
+        local.checkpoint("servers_started");
         Ok(l)
     }
 
@@ -242,6 +250,7 @@ impl Lifecycle {
             self.store.transition(l, Phase::Cleaning, now())?;
         }
         while let Some(step) = l.next_step() {
+            local.checkpoint(&format!("before_{}", step_name(step)));
             let t = std::time::Instant::now();
             let result: Result<String, Vec<String>> = match step {
                 CleanupStep::KillJob
@@ -310,6 +319,7 @@ impl Lifecycle {
                 }
             }
         }
+        local.checkpoint("before_release");
         self.store.release(l, now())?;
         local.note(&format!("lease {} released", l.lease));
         Ok(())

@@ -1,0 +1,107 @@
+//! `kill -9`-like deaths of the broker at every lifecycle step of a DAOS
+//! job (the broker's test build aborts at a named step: cargo feature
+//! `crash-points`, `GPUQ_CRASH_AT=<step>`; docs/lifecycle.md lists them).
+//! Each must end held — never with a next job on dirty nodes — and `recover`
+//! must then clean up and let the queue move on.
+
+use gpuq_system_tests::daos_site::*;
+use gpuq_system_tests::*;
+use std::time::Duration;
+
+/// Every crash point, in lifecycle order.
+const STEPS: [&str; 15] = [
+    "lease_created",
+    "preflight_passed",
+    "servers_started",
+    "formatted",
+    "joined",
+    "agent_started",
+    "job_started",
+    "job_ended",
+    "before_kill_job",
+    "before_remove_clients",
+    "before_stop_agent",
+    "before_system_stop",
+    "before_stop_servers",
+    "before_wipe",
+    "before_release",
+];
+
+fn crash_broker() -> std::path::PathBuf {
+    let p = bin_dir().join("gpuq-broker-crash-points");
+    assert!(
+        p.exists(),
+        "{} is missing: tests/run builds it (cargo build -p gpuq-broker --features crash-points, \
+         copied to that name)",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_up() {
+    require_cluster_env!();
+    require_env!();
+    let mut s = Site::up_with("dj-crash", Some(crash_broker()));
+    let rw = s.b.workdir(None, "root");
+    for (i, step) in STEPS.iter().enumerate() {
+        // Restart the broker armed for this step.
+        if s.b.pid().is_some() {
+            let _ = s.b.terminate();
+        }
+        s.b.env = vec![("GPUQ_CRASH_AT".into(), step.to_string())];
+        s.b.spawn();
+        let marker = rw.join(format!("ran-{i}"));
+        let daos = s.b.submit(
+            ROOT,
+            &rw,
+            &[
+                "--inst",
+                "test",
+                "--",
+                "bash",
+                "-c",
+                &format!("touch {}; sleep 1", marker.display()),
+            ],
+        );
+        let next = s.b.submit(ROOT, &rw, &["--", "true"]);
+        let died = eventually(90, || s.b.pid().is_none_or(|p| !alive(p as i32)));
+        assert!(
+            died,
+            "{step}: the broker did not abort:\n{}",
+            s.b.broker_log()
+        );
+        s.b.kill9(); // only reaps it: it is gone already
+                     // Back without the crash point: held, and nothing else runs.
+        s.b.env.clear();
+        s.b.spawn();
+        assert!(
+            s.state().join("blocked.json").exists(),
+            "{step}: no hold after the crash:\n{}",
+            s.log(daos)
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(
+            s.b.state(next),
+            "queued",
+            "{step}: a job started on a held lease"
+        );
+        let st = s.b.state(daos);
+        assert!(
+            !matches!(st.as_str(), "queued" | "running"),
+            "{step}: the DAOS job is still {st}"
+        );
+        let list = stdout(&s.b.gpuq(ROOT, &["list"]));
+        assert!(list.contains("HOLD"), "{step}: {list}");
+        let r = s.b.gpuq(ROOT, &["recover"]);
+        assert!(
+            r.status.success(),
+            "{step}: recover failed: {}\n{}",
+            stderr(&r),
+            s.log(daos)
+        );
+        s.expect_end(next, "completed", 60);
+        s.assert_clean();
+        eprintln!("{step}: held after the crash, clean after recover");
+    }
+}
