@@ -345,3 +345,260 @@ fn the_second_users_job_sees_nothing_of_the_firsts_system() {
     );
     s.assert_clean();
 }
+
+/// The lease of job `id`, from its log.
+fn lease_of(s: &Site, id: u64) -> Option<String> {
+    s.log(id)
+        .lines()
+        .find_map(|l| l.split(", lease ").nth(1).and_then(|r| r.split(';').next()))
+        .map(str::to_string)
+}
+
+fn wait_log(s: &Site, id: u64, needle: &str) {
+    assert!(
+        eventually(60, || s.log(id).contains(needle)),
+        "job {id}: no {needle:?} in its log:\n{}",
+        s.log(id)
+    );
+}
+
+#[test]
+fn every_exit_path_ends_in_a_released_lease() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dj-exits");
+    let rw = s.b.workdir(None, "root");
+    let submit = |args: &[&str]| {
+        let mut a = vec!["--inst", "test"];
+        a.extend_from_slice(args);
+        s.b.submit(ROOT, &rw, &a)
+    };
+
+    // The job fails.
+    let id = submit(&["--", "bash", "-c", "exit 3"]);
+    let j = s.expect_end(id, "failed", 120);
+    assert_eq!(j["exit_code"], 3);
+    s.assert_clean();
+
+    // Timeout during the job.
+    let id = submit(&["--time", "00:00:06", "--", "sleep", "60"]);
+    let j = s.expect_end(id, "timeout", 120);
+    assert!(
+        j["reason"].as_str().unwrap().contains("during the job"),
+        "{j}"
+    );
+    s.assert_clean();
+
+    // Timeout during preparation (a rank never joins; the limit is shorter
+    // than the join timeout).
+    s.set_fault("da4", "never_join");
+    let id = submit(&["--time", "00:00:04", "--", "touch", "ran-1"]);
+    let j = s.expect_end(id, "timeout", 120);
+    assert!(
+        j["reason"].as_str().unwrap().contains("during preparation"),
+        "{j}"
+    );
+    assert!(!rw.join("ran-1").exists());
+    s.assert_clean();
+
+    // Cancel while preparing (same fault).
+    let id = submit(&["--", "touch", "ran-2"]);
+    wait_log(&s, id, "servers started on 4 nodes");
+    let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
+    assert!(c.status.success(), "{}", stderr(&c));
+    let j = s.expect_end(id, "cancelled", 60);
+    assert!(
+        j["reason"].as_str().unwrap().contains("during preparation"),
+        "{j}"
+    );
+    assert!(!rw.join("ran-2").exists());
+    s.assert_clean();
+    s.set_fault("da4", "");
+
+    // Cancel while queued (behind a running GPU job): no lease at all.
+    let blocker = s.b.submit(ROOT, &rw, &["--", "sleep", "3"]);
+    s.b.wait_state(blocker, "running", 30);
+    let id = submit(&["--", "touch", "ran-3"]);
+    let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
+    assert!(c.status.success(), "{}", stderr(&c));
+    s.expect_end(id, "cancelled", 30);
+    s.expect_end(blocker, "completed", 30);
+    assert!(lease_of(&s, id).is_none(), "{}", s.log(id));
+    assert!(!rw.join("ran-3").exists());
+    s.assert_clean();
+
+    // Cancel while running.
+    let id = submit(&["--", "bash", "-c", "touch running-4; sleep 60"]);
+    assert!(eventually(60, || rw.join("running-4").exists()));
+    let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
+    assert!(c.status.success(), "{}", stderr(&c));
+    let j = s.expect_end(id, "cancelled", 60);
+    assert!(
+        j["reason"].as_str().unwrap().contains("while running"),
+        "{j}"
+    );
+    s.assert_clean();
+
+    // Cancel while cleaning: the job has ended; the cleanup goes on and the
+    // next job still waits for it (a slow engine stop on da2).
+    s.set_fault("da2", "slow_stop=3");
+    let id = submit(&["--", "true"]);
+    let next = s.b.submit(ROOT, &rw, &["--", "true"]);
+    wait_log(&s, id, "cleanup stop_agent");
+    let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
+    assert!(!c.status.success());
+    assert!(stderr(&c).contains("nothing to cancel"), "{}", stderr(&c));
+    assert_eq!(
+        s.b.state(next),
+        "queued",
+        "the next job started during the cleanup"
+    );
+    s.expect_end(next, "completed", 60);
+    assert!(s.log(id).contains("released"), "{}", s.log(id));
+    s.set_fault("da2", "");
+    s.assert_clean();
+
+    // The user's `gpuq follow` killed: the job and its cleanup go on.
+    let id = submit(&["--", "bash", "-c", "sleep 2; echo followed-to-the-end"]);
+    let mut follow = std::process::Command::new(bin("gpuq"))
+        .args(["follow", &id.to_string()])
+        .env("GPUQ_SOCKET", &s.b.socket)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_log(&s, id, "DAOS system ready");
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    s.expect_end(id, "completed", 60);
+    assert!(s.log(id).contains("followed-to-the-end"));
+    s.assert_clean();
+}
+
+#[test]
+fn node_faults_end_released_or_held_and_recover_finishes() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dj-faults");
+    let rw = s.b.workdir(None, "root");
+    let submit = |args: &[&str]| {
+        let mut a = vec!["--inst", "test"];
+        a.extend_from_slice(args);
+        s.b.submit(ROOT, &rw, &a)
+    };
+
+    // A format host error on one node: the job fails before it runs.
+    s.set_fault("da2", "format_error");
+    let id = submit(&["--", "touch", "ran-1"]);
+    let j = s.expect_end(id, "failed", 120);
+    assert!(j["reason"].as_str().unwrap().contains("format"), "{j}");
+    assert!(!rw.join("ran-1").exists());
+    s.set_fault("da2", "");
+    s.assert_clean();
+
+    // A server that ignores SIGTERM: the stop escalates to SIGKILL and is
+    // confirmed; released.
+    s.set_fault("da1", "ignore_sigterm");
+    let id = submit(&["--", "true"]);
+    s.expect_end(id, "completed", 120);
+    s.assert_clean();
+    s.set_fault("da1", "");
+
+    // da3's link cut (its veth down) while the job runs: the cleanup cannot
+    // reach da3 → held; link back → recover releases.
+    let (ns, veth) = (s.c.id.namespace("da3"), "eth0");
+    let down = format!("ip -n {ns} link set {veth} down");
+    let id = submit(&["--", "bash", "-c", &down]);
+    s.expect_end(id, "completed", 120);
+    assert!(
+        eventually(120, || s.state().join("blocked.json").exists()),
+        "{}",
+        s.log(id)
+    );
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    assert_eq!(b["node"], "da3", "{b}");
+    let queued = s.b.submit(ROOT, &rw, &["--", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(queued), "queued");
+    let out = std::process::Command::new("ip")
+        .args(["-n", &ns, "link", "set", veth, "up"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(r.status.success(), "{}\n{}", stderr(&r), s.log(id));
+    s.expect_end(queued, "completed", 60);
+    s.assert_clean();
+
+    // da4's sshd (listener and sessions) stopped before the cleanup: held;
+    // sshd back → recover releases.
+    let cfg = s.c.dir().join("da4/etc/sshd_config").display().to_string();
+    let id = submit(&["--", "sleep", "30"]);
+    wait_log(&s, id, "DAOS system ready");
+    let listeners: Vec<i32> = gpuq_system_tests::cluster::pids_mentioning(&cfg)
+        .into_iter()
+        .map(|(p, _)| p)
+        .collect();
+    let sshds = with_descendants(&listeners);
+    assert!(!sshds.is_empty());
+    for p in &sshds {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
+    assert!(c.status.success(), "{}", stderr(&c));
+    assert!(
+        eventually(120, || s.state().join("blocked.json").exists()),
+        "{}",
+        s.log(id)
+    );
+    // Start da4's sshd again (ours now: ended by PID at the end).
+    let mut sshd = std::process::Command::new("nsenter")
+        .arg(format!("--net=/run/netns/{}", s.c.id.namespace("da4")))
+        .args(["/usr/sbin/sshd", "-D", "-f", &cfg])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    let ok = r.status.success();
+    let msg = format!("{}\n{}", stderr(&r), s.log(id));
+    s.assert_clean();
+    let _ = sshd.kill();
+    let _ = sshd.wait();
+    assert!(ok, "{msg}");
+}
+
+/// `pids` and every process below them (from /proc/*/stat's PPID).
+fn with_descendants(pids: &[i32]) -> Vec<i32> {
+    let parent = |pid: i32| -> Option<i32> {
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        st.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let all: Vec<i32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let mut out = pids.to_vec();
+    loop {
+        let more: Vec<i32> = all
+            .iter()
+            .copied()
+            .filter(|p| !out.contains(p) && parent(*p).is_some_and(|pp| out.contains(&pp)))
+            .collect();
+        if more.is_empty() {
+            return out;
+        }
+        out.extend(more);
+    }
+}

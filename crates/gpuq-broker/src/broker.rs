@@ -64,7 +64,9 @@ pub struct Broker {
     wake: Notify,
     /// Running jobs and the channel to their supervisor. Also serialises
     /// every queued → running/cancelled transition.
-    running: Mutex<HashMap<JobId, oneshot::Sender<CancelReq>>>,
+    /// The sender is taken by the first cancel; the entry stays until the
+    /// job (and a DAOS job's cleanup) is over.
+    running: Mutex<HashMap<JobId, Option<oneshot::Sender<CancelReq>>>>,
     gate_reason: Mutex<Option<String>>,
     /// DAOS jobs (`--inst`), when `[daos]` is configured.
     daos: Option<Arc<Daos>>,
@@ -112,7 +114,7 @@ impl Broker {
 
     fn running_guard(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<JobId, oneshot::Sender<CancelReq>>> {
+    ) -> std::sync::MutexGuard<'_, HashMap<JobId, Option<oneshot::Sender<CancelReq>>>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -377,7 +379,28 @@ impl Broker {
         let by = who(peer);
         let waiter = {
             let mut running = self.running_guard();
-            if let Some(tx) = running.remove(&id) {
+            if let Some(slot) = running.get_mut(&id) {
+                // Ended already (a DAOS job's lease may still be cleaning),
+                // or a cancel is under way: nothing more to do.
+                let state = self.store.get(id)?.map(|j| j.state).unwrap_or(job.state);
+                let tx = match (state, slot.take()) {
+                    (JobState::Running, Some(tx)) => tx,
+                    (JobState::Running, None) => {
+                        return Err(ApiError::Conflict(format!(
+                            "job {id} is being cancelled already"
+                        )))
+                    }
+                    (state, _) => {
+                        return Err(ApiError::Conflict(format!(
+                            "job {id} is already {state}; nothing to cancel{}",
+                            if job.inst.is_some() {
+                                " (its DAOS lease is still being cleaned up; see `gpuq daos-status`)"
+                            } else {
+                                ""
+                            }
+                        )))
+                    }
+                };
                 let (done_tx, done_rx) = oneshot::channel();
                 // If the supervisor is already finishing, the send fails and
                 // the job ends as it ends.
@@ -487,7 +510,7 @@ impl Broker {
                     &format!("job {} re-adopted by a restarted broker", job.id),
                 );
                 let (tx, rx) = oneshot::channel();
-                self.running_guard().insert(job.id, tx);
+                self.running_guard().insert(job.id, Some(tx));
                 tokio::spawn(Arc::clone(self).supervise(job, rx));
             } else {
                 let outcome = self.runner.wait(job.id).await;
@@ -580,7 +603,7 @@ impl Broker {
             }
             job.state = JobState::Running;
             job.started_at = Some(started);
-            running.insert(job.id, tx);
+            running.insert(job.id, Some(tx));
         }
         if job.inst.is_some() {
             tokio::spawn(Arc::clone(self).supervise_daos(job, rx));

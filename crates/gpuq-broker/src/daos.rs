@@ -149,7 +149,12 @@ impl Daos {
                 image: ImageId::parse(&p.image).map_err(|e| e.to_string())?,
                 system: p.system.clone(),
                 port: p.port,
-                hostlist: self.cfg.nodes.iter().map(|n| n.address.clone()).collect(),
+                nodes: self
+                    .cfg
+                    .nodes
+                    .iter()
+                    .map(|n| (n.name.clone(), n.address.clone()))
+                    .collect(),
                 access_points: p.replicas.clone(),
                 join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
                 env: p.env.clone(),

@@ -25,8 +25,8 @@ pub struct HostProfile {
     pub system: String,
     /// The servers' control port.
     pub port: u16,
-    /// The four servers, as dmg reaches them (addresses or names).
-    pub hostlist: Vec<String>,
+    /// The storage nodes: (name, address dmg reaches its server at).
+    pub nodes: Vec<(String, String)>,
     /// The management-service replicas (the agent's access points).
     pub access_points: Vec<String>,
     /// How long the ranks may take to join after the format.
@@ -114,7 +114,7 @@ impl Host {
             "# Written by gpuq-broker for lease {lease}.\nname: {}\nport: {}\nhostlist: {}\ntransport_config:\n  allow_insecure: true\n",
             p.system,
             p.port,
-            yaml_list(&p.hostlist)
+            yaml_list(&p.nodes.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>())
         );
         gpuq_durable::write_atomic(&self.control_config(lease), control.as_bytes(), 0o644)
             .map_err(|e| io(&self.control_config(lease), e))?;
@@ -480,7 +480,16 @@ impl Host {
             let errored: Vec<String> = results
                 .iter()
                 .filter(|x| x["Errored"].as_bool() == Some(true))
-                .map(|x| format!("rank {}: {}", x["Rank"], x["Msg"].as_str().unwrap_or("")))
+                .map(|x| {
+                    format!(
+                        "{}rank {}: {}",
+                        self.node_of(x["Addr"].as_str().unwrap_or(""))
+                            .map(|n| format!("{n}: "))
+                            .unwrap_or_default(),
+                        x["Rank"],
+                        x["Msg"].as_str().unwrap_or("")
+                    )
+                })
                 .collect();
             if errored.is_empty() {
                 return Ok(format!(
@@ -492,6 +501,16 @@ impl Host {
             last = errored.join("; ");
         }
         Err(format!("dmg system stop: {last}"))
+    }
+
+    /// The node whose server listens at `addr` (`host:port` or `host`).
+    fn node_of(&self, addr: &str) -> Option<&str> {
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        self.profile
+            .nodes
+            .iter()
+            .find(|(_, a)| a == host)
+            .map(|(n, _)| n.as_str())
     }
 
     /// Names of this lease's containers on the host (for status).

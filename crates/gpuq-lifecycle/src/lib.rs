@@ -304,10 +304,19 @@ impl Lifecycle {
                         secs(t),
                         failures.join("; ")
                     ));
-                    let node = failures
-                        .first()
-                        .and_then(|f| f.split(':').next())
-                        .map(str::to_string);
+                    // A node step's failures start with the node; a broker
+                    // step's may name the node it could not reach.
+                    let node = failures.first().and_then(|f| {
+                        let (who, rest) = f.split_once(": ")?;
+                        if who != "broker" {
+                            return Some(who.to_string());
+                        }
+                        self.nodes
+                            .iter()
+                            .find(|n| rest.contains(&format!("{}: ", n.name)))
+                            .map(|n| n.name.clone())
+                            .or(Some("broker".to_string()))
+                    });
                     let reason = format!("{} failed: {}", step_name(step), failures.join("; "));
                     self.store
                         .hold(l, Some(step), node.as_deref(), &reason, now())?;
