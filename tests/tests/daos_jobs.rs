@@ -16,6 +16,29 @@ fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_j
     let s = Site::up("dj-happy");
     let a = alice();
     let w = s.b.workdir(Some(&a), "alice");
+    // What anyone may see before: four links up, helpers answering, the pin
+    // present on every node, no lease.
+    // (The links come up in the background after the broker starts.)
+    let mut st = s.b.gpuq(Some(&a), &["daos-status", "--json"]);
+    let up = eventually(30, || {
+        st = s.b.gpuq(Some(&a), &["daos-status", "--json"]);
+        st.status.success()
+    });
+    assert!(up, "{}{}", stdout(&st), stderr(&st));
+    let st: serde_json::Value = serde_json::from_str(&stdout(&st)).unwrap();
+    let nodes = st["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "{st}");
+    for n in nodes {
+        assert_eq!(n["link"], "up", "{st}");
+        assert!(n["status"]["helper_version"].is_string(), "{st}");
+        let pins = n["status"]["pins"].as_array().unwrap();
+        assert!(
+            pins.iter()
+                .any(|p| p["image"] == s.image.as_str() && p["present"] == true),
+            "{st}"
+        );
+    }
+    assert!(st["lease"].is_null() && st["hold"].is_null(), "{st}");
     let script = format!(
         "echo SYSTEM=$DAOS_SYSTEM; echo PROFILE_VAR=$GPUQ_TEST_PROFILE_VAR; \
          echo POOL=${{DAOS_POOL:-unset}}; echo AGENT=$DAOS_AGENT_DRPC_DIR; \
@@ -168,9 +191,17 @@ fn a_cleanup_failure_holds_every_job_until_recover_succeeds() {
     assert!(!r.status.success(), "{}", stderr(&r));
     assert!(s.state().join("blocked.json").exists());
     assert_eq!(s.b.state(queued), "queued");
-    // The fault removed, recover resumes at the server stop and releases.
+    // The fault removed, recover resumes at the server stop and releases
+    // (through the original system's entry point, as an operator would).
     std::fs::rename(&off, &sock).unwrap();
-    let r = s.b.gpuq(ROOT, &["recover"]);
+    let r = std::process::Command::new(
+        gpuq_system_tests::cluster::harness_dir().join("../libexec/gpuqueue-daos"),
+    )
+    .arg("recover")
+    .env("GPUQ_BIN", bin("gpuq"))
+    .env("GPUQ_SOCKET", &s.b.socket)
+    .output()
+    .unwrap();
     assert!(r.status.success(), "{}", stderr(&r));
     s.b.wait_state(queued, "completed", 60);
     s.assert_clean();
@@ -181,6 +212,24 @@ fn a_refused_preflight_touches_nothing_and_releases_the_lease() {
     require_cluster_env!();
     require_env!();
     let s = Site::up("dj-refuse");
+    // Bad input first: an unknown profile, and recover with nothing held.
+    let out =
+        s.b.gpuq(ROOT, &["submit", "--inst", "nosuch", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not a DAOS profile here; configured: test"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(s.b.job_count(), 0);
+    let out = s.b.gpuq(ROOT, &["recover"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("nothing to recover"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(s.active_lease().is_none());
     // A container of another lease on da2 (what preflight must refuse).
     let out = s.c.run_ok(
         "podman",
@@ -601,4 +650,58 @@ fn with_descendants(pids: &[i32]) -> Vec<i32> {
         }
         out.extend(more);
     }
+}
+
+#[test]
+fn verify_pins_finds_a_missing_pin_and_a_container_on_another_image() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dj-pins");
+    let pins = |user: Option<&User>| s.b.gpuq(user, &["verify-pins"]);
+    let ok = pins(ROOT);
+    assert!(ok.status.success(), "{}{}", stdout(&ok), stderr(&ok));
+    assert!(stdout(&ok).contains("all pins verified"), "{}", stdout(&ok));
+    assert_eq!(stdout(&ok).matches("present").count(), 5, "{}", stdout(&ok));
+    // Root only.
+    let r = pins(Some(&alice()));
+    assert!(!r.status.success());
+    assert!(stderr(&r).contains("root"), "{}", stderr(&r));
+    // A container of ours on an image no profile pins (a commit of the
+    // pinned one has another ID), on da3.
+    s.c.run_ok(
+        "podman",
+        &["da3", "create", "--name", "base", &s.image, "true"],
+    );
+    s.c.run_ok("podman", &["da3", "commit", "base", "localhost/other:1"]);
+    s.c.run_ok(
+        "podman",
+        &[
+            "da3",
+            "create",
+            "--name",
+            "stray",
+            "--label",
+            "io.gpuq.lease=stray",
+            "localhost/other:1",
+            "true",
+        ],
+    );
+    // The pinned image gone from da2.
+    s.c.run_ok("podman", &["da2", "rmi", &s.image]);
+    let bad = pins(ROOT);
+    assert!(!bad.status.success());
+    let out = stdout(&bad);
+    assert!(
+        out.contains("da2: profile test") && out.contains("MISSING"),
+        "{out}"
+    );
+    assert!(out.contains("da3: container stray"), "{out}");
+    assert!(out.contains("PIN MISMATCH"), "{out}");
+    // And a DAOS job is refused by da2's preflight, touching nothing.
+    let rw = s.b.workdir(None, "root");
+    let id =
+        s.b.submit(ROOT, &rw, &["--inst", "test", "--", "touch", "ran"]);
+    s.expect_end(id, "failed", 120);
+    assert!(s.log(id).contains("da2"), "{}", s.log(id));
+    assert!(!rw.join("ran").exists());
 }

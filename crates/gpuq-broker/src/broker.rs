@@ -944,6 +944,22 @@ impl Broker {
         r
     }
 
+    /// `gpuq verify-pins` (root).
+    pub async fn verify_pins(&self, peer: &Peer) -> Result<serde_json::Value, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may verify the image pins: run `sudo gpuq verify-pins`".into(),
+            ));
+        }
+        let Some(daos) = self.daos.clone() else {
+            return Err(ApiError::NotEnabled(
+                "DAOS jobs are not enabled on this broker (no [daos] section): no pins to verify"
+                    .into(),
+            ));
+        };
+        Ok(daos.verify_pins().await)
+    }
+
     /// `gpuq daos-status`: links, nodes, the lease; plus hold and lock.
     pub async fn daos_status(&self) -> Result<serde_json::Value, ApiError> {
         let Some(daos) = self.daos.clone() else {

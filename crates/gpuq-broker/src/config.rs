@@ -499,4 +499,84 @@ mod tests {
             .to_string();
         assert!(e.contains("max_time"), "{e}");
     }
+
+    const DAOS: &str = r#"
+[broker]
+[daos]
+identity_file = "/etc/gpuqueue-daos/id_ed25519"
+known_hosts_file = "/etc/gpuqueue-daos/known_hosts"
+[[daos.nodes]]
+name = "da1"
+host = "da1.example"
+[daos.profiles.inst1]
+image = "sha256:0000000000000000000000000000000000000000000000000000000000000001"
+replicas = ["da1.example"]
+env = { FI_PROVIDER = "tcp" }
+"#;
+
+    #[test]
+    fn a_daos_section_is_parsed_with_defaults() {
+        let c = parse(DAOS).unwrap();
+        let d = c.daos.unwrap();
+        assert_eq!(d.nodes[0].address, "da1.example");
+        assert_eq!(d.node_socket, PathBuf::from("/run/gpuq/node.sock"));
+        assert_eq!(d.profiles["inst1"].system, "daos_server");
+        assert_eq!(d.profiles["inst1"].port, 10001);
+        assert_eq!(
+            d.profiles["inst1"].env,
+            vec![("FI_PROVIDER".into(), "tcp".into())]
+        );
+        assert!(parse("[broker]\n").unwrap().daos.is_none());
+    }
+
+    #[test]
+    fn bad_daos_values_name_the_key() {
+        let cases = [
+            (
+                "sha256:0000000000000000000000000000000000000000000000000000000000000001",
+                "busybox:latest",
+                "daos.profiles.image",
+            ),
+            (
+                "replicas = [\"da1.example\"]",
+                "replicas = [\"a\", \"b\"]",
+                "odd number",
+            ),
+            (
+                "env = { FI_PROVIDER = \"tcp\" }",
+                "env = { DAOS_POOL = \"x\" }",
+                "DAOS_POOL",
+            ),
+            (
+                "env = { FI_PROVIDER = \"tcp\" }",
+                "env = { DAOS_SYSTEM = \"x\" }",
+                "set by gpuq",
+            ),
+            ("name = \"da1\"", "name = \"da 1\"", "daos.nodes.name"),
+            (
+                "host = \"da1.example\"",
+                "host = \"-oProxyCommand=x\"",
+                "ssh destination",
+            ),
+            (
+                "identity_file = \"/etc/gpuqueue-daos/id_ed25519\"",
+                "identity_file = \"id\"",
+                "absolute",
+            ),
+            ("[daos]\n", "[daos]\nsurprise = 1\n", "surprise"),
+        ];
+        for (from, to, want) in cases {
+            assert!(DAOS.contains(from), "{from}");
+            let e = parse(&DAOS.replace(from, to)).unwrap_err().to_string();
+            assert!(e.contains(want), "{to}: {e}");
+        }
+        let twice = DAOS.replace(
+            "[daos.profiles",
+            "[[daos.nodes]]\nname = \"da1\"\nhost = \"x\"\n[daos.profiles",
+        );
+        assert!(parse(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("listed twice"));
+    }
 }

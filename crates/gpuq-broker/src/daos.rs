@@ -361,7 +361,109 @@ impl Daos {
         })
     }
 
+    /// `gpuq verify-pins`: on the GPU host and every node, through the
+    /// Podman API (the nodes' through their forwarded sockets): each
+    /// profile's pinned image is present by its ID, and no container of
+    /// ours runs any other image. `ok` only if everything checks out.
+    pub async fn verify_pins(&self) -> serde_json::Value {
+        let pins: Vec<(String, Result<ImageId, String>)> = self
+            .cfg
+            .profiles
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    ImageId::parse(&p.image).map_err(|e| e.to_string()),
+                )
+            })
+            .collect();
+        let mut hosts = vec![(
+            "cxl2 (this host)".to_string(),
+            Ok(self.cfg.podman_socket.clone()),
+        )];
+        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        for n in up.nodes {
+            hosts.push((
+                n.node,
+                n.result.map(|s| s.podman_sock).map_err(|e| e.to_string()),
+            ));
+        }
+        // Every host at once; results in host order.
+        let tasks: Vec<_> = hosts
+            .into_iter()
+            .map(|(host, sock)| tokio::spawn(check_host(host, sock, pins.clone())))
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap_or_else(
+                |e| serde_json::json!({"host": "?", "ok": false, "error": format!("check failed: {e}")}),
+            ));
+        }
+        let ok = results.iter().all(|r| r["ok"] == true);
+        serde_json::json!({ "ok": ok, "hosts": results })
+    }
+
     pub async fn close(&self) {
         self.links.close_all().await;
     }
+}
+
+async fn check_host(
+    host: String,
+    sock: Result<PathBuf, String>,
+    pins: Vec<(String, Result<ImageId, String>)>,
+) -> serde_json::Value {
+    use gpuq_podman::{LabelFilter, LibpodClient, Podman};
+    let fail = |e: String| serde_json::json!({"host": host, "ok": false, "error": e});
+    let sock = match sock {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let pm = match LibpodClient::connect(&sock).await {
+        Ok(p) => p,
+        Err(e) => return fail(format!("Podman at {}: {e}", sock.display())),
+    };
+    let mut ok = true;
+    let mut images = Vec::new();
+    for (profile, id) in &pins {
+        let (present, detail) = match id {
+            Err(e) => (false, e.clone()),
+            Ok(id) => match pm.image_inspect(id).await {
+                Ok(_) => (true, "present".to_string()),
+                Err(e) => (false, e.to_string()),
+            },
+        };
+        ok &= present;
+        images.push(serde_json::json!({
+            "profile": profile,
+            "image": id.as_ref().map(|i| i.to_string()).unwrap_or_default(),
+            "present": present,
+            "detail": detail,
+        }));
+    }
+    let mut strays = Vec::new();
+    match pm.container_list(&LabelFilter::ours()).await {
+        Ok(list) => {
+            for c in list {
+                let pinned = pins
+                    .iter()
+                    .any(|(_, id)| id.as_ref().is_ok_and(|id| id.matches(&c.image_id)));
+                if !pinned {
+                    ok = false;
+                    strays.push(serde_json::json!({
+                        "container": c.names.first().cloned().unwrap_or(c.id.clone()),
+                        "image": c.image_id,
+                        "lease": c.lease(),
+                    }));
+                }
+            }
+        }
+        Err(e) => return fail(format!("list containers: {e}")),
+    }
+    serde_json::json!({
+        "host": host,
+        "ok": ok,
+        "pins": images,
+        "unpinned_containers": strays,
+    })
 }

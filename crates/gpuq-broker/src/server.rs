@@ -175,6 +175,9 @@ async fn route(
             Ok(json(StatusCode::OK, &serde_json::json!({ "message": msg })))
         }
         (Method::GET, ["v1", "daos"]) => Ok(json(StatusCode::OK, &broker.daos_status().await?)),
+        (Method::GET, ["v1", "daos", "pins"]) => {
+            Ok(json(StatusCode::OK, &broker.verify_pins(peer).await?))
+        }
         (m, _) => Err(ApiError::NoRoute(format!(
             "{m} {path} (see {})",
             routes::JOBS

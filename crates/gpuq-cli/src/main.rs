@@ -99,6 +99,13 @@ enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Check (root) that every profile's pinned image ID is present on this
+    /// host and on every node, and that no container of ours runs another
+    /// image; exits non-zero on any mismatch.
+    VerifyPins {
+        #[arg(long)]
+        json: bool,
+    },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
     DaosStatus {
         #[arg(long)]

@@ -201,3 +201,49 @@ pub fn daos_status(v: &serde_json::Value) -> String {
     }
     o
 }
+
+/// `gpuq verify-pins` for people: one line per host and pin, then strays.
+pub fn pins(v: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let s = |x: &serde_json::Value| x.as_str().unwrap_or("-").to_string();
+    for h in v["hosts"].as_array().into_iter().flatten() {
+        let host = s(&h["host"]);
+        if let Some(e) = h["error"].as_str() {
+            let _ = writeln!(o, "{host}: CANNOT CHECK: {e}");
+            continue;
+        }
+        for p in h["pins"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                o,
+                "{host}: profile {} image {}: {}",
+                s(&p["profile"]),
+                s(&p["image"]),
+                if p["present"] == true {
+                    "present".to_string()
+                } else {
+                    format!("MISSING ({})", s(&p["detail"]))
+                }
+            );
+        }
+        for c in h["unpinned_containers"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                o,
+                "{host}: container {} (lease {}) runs image {}, which no profile pins",
+                s(&c["container"]),
+                s(&c["lease"]),
+                s(&c["image"])
+            );
+        }
+    }
+    let _ = writeln!(
+        o,
+        "{}",
+        if v["ok"] == true {
+            "all pins verified"
+        } else {
+            "PIN MISMATCH: see above"
+        }
+    );
+    o
+}

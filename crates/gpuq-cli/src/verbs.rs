@@ -154,6 +154,17 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 eprintln!("gpuq: {}", v["message"].as_str().unwrap_or("recovered"));
             }
         }
+        Verb::VerifyPins { json } => {
+            let v: serde_json::Value = client.call(Method::GET, routes::PINS, None::<&()>).await?;
+            if json {
+                print_json(&v);
+            } else {
+                print!("{}", crate::render::pins(&v));
+            }
+            if v["ok"] != true {
+                return Ok(Exit::Refused as i32);
+            }
+        }
         Verb::DaosStatus { json } => {
             let v: serde_json::Value = client.call(Method::GET, routes::DAOS, None::<&()>).await?;
             if json {

@@ -24,6 +24,8 @@ pub mod routes {
     pub const RECOVER: &str = "/v1/recover";
     /// `GET`: links, nodes, lease, hold and lock (`gpuq daos-status`).
     pub const DAOS: &str = "/v1/daos";
+    /// `GET` (root): every pinned image present on every host (`gpuq verify-pins`).
+    pub const PINS: &str = "/v1/daos/pins";
 }
 
 /// A job's number, unique for the life of the broker's store, never reused.
