@@ -105,3 +105,63 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
         eprintln!("{step}: held after the crash, clean after recover");
     }
 }
+
+#[test]
+fn a_link_cut_during_the_wipe_holds_the_lease_until_recover() {
+    require_cluster_env!();
+    require_env!();
+    let mut s = Site::up_with("dj-wipecut", Some(crash_broker()));
+    let rw = s.b.workdir(None, "root");
+    let resume = s.b.path("resume");
+    // Restart the broker so that it stops just before the wipe.
+    let _ = s.b.terminate();
+    s.b.env = vec![
+        ("GPUQ_PAUSE_AT".into(), "before_wipe".into()),
+        ("GPUQ_PAUSE_FILE".into(), resume.display().to_string()),
+    ];
+    s.b.spawn();
+    let id = s.b.submit(ROOT, &rw, &["--inst", "test", "--", "true"]);
+    assert!(
+        eventually(120, || s.log(id).contains("cleanup stop_servers")),
+        "{}",
+        s.log(id)
+    );
+    // The servers are stopped; now da2's link goes down, and the wipe runs.
+    let ns = s.c.id.namespace("da2");
+    let ip = |state: &str| {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &ns, "link", "set", "eth0", state])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    ip("down");
+    std::fs::write(&resume, "").unwrap();
+    assert!(
+        eventually(120, || s.state().join("blocked.json").exists()),
+        "{}",
+        s.log(id)
+    );
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    assert_eq!(
+        (b["step"].as_str(), b["node"].as_str()),
+        (Some("wipe"), Some("da2")),
+        "{b}"
+    );
+    // The other three were wiped or not — either way the hold stays until
+    // all four confirm.
+    let next = s.b.submit(ROOT, &rw, &["--", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(next), "queued");
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(
+        !r.status.success(),
+        "recover must fail while da2 is cut off"
+    );
+    ip("up");
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(r.status.success(), "{}\n{}", stderr(&r), s.log(id));
+    s.expect_end(next, "completed", 60);
+    s.assert_clean();
+}

@@ -1111,13 +1111,23 @@ pub fn shell_words(argv: &[String]) -> String {
 }
 
 /// Test builds only (`--features crash-points`): abort the broker at the
-/// named lifecycle step when `GPUQ_CRASH_AT` names it. Release builds have
-/// no such code.
+/// named lifecycle step when `GPUQ_CRASH_AT` names it; or hold still there
+/// while `GPUQ_PAUSE_AT` names it, until the file `GPUQ_PAUSE_FILE` exists
+/// (so a test can inject a fault at an exact step). Release builds have no
+/// such code.
 #[cfg(feature = "crash-points")]
 pub fn crash_point(step: &str) {
     if std::env::var("GPUQ_CRASH_AT").is_ok_and(|s| s == step) {
         eprintln!("gpuq-broker: crash point {step}: aborting (test build)");
         std::process::abort();
+    }
+    if std::env::var("GPUQ_PAUSE_AT").is_ok_and(|s| s == step) {
+        if let Some(resume) = std::env::var_os("GPUQ_PAUSE_FILE") {
+            eprintln!("gpuq-broker: pause point {step}: waiting for {resume:?} (test build)");
+            while !std::path::Path::new(&resume).exists() {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
     }
 }
 
