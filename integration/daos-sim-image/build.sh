@@ -56,6 +56,10 @@ for applet in sh ash cat cp df du echo env false find grep head hostname id ip k
     tr true uname wc which xargs; do
     ln -s busybox "$root/bin/$applet"
 done
+# The real DAOS image has bash, and users' scripts (the seed's daos-exec
+# example: `bash -euc '...'`) call it; here busybox's POSIX sh stands in.
+printf '#!/bin/sh\n# daos-sim image: bash is busybox sh here (the real DAOS image has bash)\nexec /bin/sh "$@"\n' >"$root/bin/bash"
+chmod 755 "$root/bin/bash"
 # A dynamically linked binary (tests use the debug build): bring its libraries.
 if ldd "$bin" >/dev/null 2>&1; then
     for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do

@@ -47,6 +47,15 @@ impl Site {
     /// With `broker_bin` (e.g. the crash-points build) instead of the
     /// workspace's `gpuq-broker`.
     pub fn up_with(name: &str, broker_bin: Option<PathBuf>) -> Site {
+        Self::up_full(name, broker_bin, |_| String::new())
+    }
+
+    /// `profile_extra(broker_dir)`: more lines for `[daos.profiles.test]`.
+    pub fn up_full(
+        name: &str,
+        broker_bin: Option<PathBuf>,
+        profile_extra: impl Fn(&Path) -> String,
+    ) -> Site {
         let (archive, image) = sim_image();
         let c = Cluster::up_with(
             name,
@@ -57,6 +66,7 @@ impl Site {
         );
         let mut b = TestBroker::prepare("");
         b.tables = daos_tables(&c, b.dir.path(), &image);
+        b.tables.push_str(&profile_extra(b.dir.path()));
         b.netns = Some(c.id.namespace("cxl2"));
         b.broker_bin = broker_bin;
         let b = TestBroker::launch(b);

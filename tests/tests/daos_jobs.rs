@@ -182,6 +182,11 @@ fn a_cleanup_failure_holds_every_job_until_recover_succeeds() {
     // unlock never clears a hold.
     let _ = s.b.gpuq(ROOT, &["unlock"]);
     assert!(s.state().join("blocked.json").exists());
+    // Deleting blocked.json by hand is no way out: the lease record still
+    // holds every job.
+    std::fs::remove_file(s.state().join("blocked.json")).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(queued), "queued");
     // A user may not recover.
     let r = s.b.gpuq(Some(&alice()), &["recover"]);
     assert!(!r.status.success());

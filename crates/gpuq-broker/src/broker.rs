@@ -104,6 +104,10 @@ impl Broker {
         })
     }
 
+    pub(crate) fn store(&self) -> &Store {
+        &self.store
+    }
+
     pub fn daos(&self) -> Option<&Arc<Daos>> {
         self.daos.as_ref()
     }
@@ -549,13 +553,21 @@ impl Broker {
 
     async fn tick(self: &Arc<Self>) -> Result<(), ApiError> {
         if let Some(l) = self.daos.as_ref().and_then(|d| d.active()) {
-            if !matches!(l.phase, gpuq_lease::Phase::Held { .. }) && self.running_guard().is_empty()
-            {
-                // Only a job's own supervisor or `recover` moves a lease on.
-                *self.gate_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(format!(
-                    "DAOS lease {} is not released; `sudo gpuq recover` cleans it up",
-                    l.lease
-                ));
+            // An unreleased lease closes the gate even if `blocked.json` is
+            // missing (deleted by hand is not a way out: fail closed). Only
+            // its job's own supervisor or `recover` moves it on.
+            if self.running_guard().is_empty() && self.hold_state().is_none() {
+                let why = match &l.phase {
+                    gpuq_lease::Phase::Held { reason, .. } => format!(
+                        "DAOS lease {} is held ({reason}); run `sudo gpuq recover`",
+                        l.lease
+                    ),
+                    _ => format!(
+                        "DAOS lease {} is not released; `sudo gpuq recover` cleans it up",
+                        l.lease
+                    ),
+                };
+                *self.gate_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
                 return Ok(());
             }
         }
@@ -810,6 +822,8 @@ impl Broker {
                 ));
                 let mut env = policy::filter_env(&job.env, id.0);
                 env.extend(daos_env);
+                // `gpuq daos-exec` in the job reaches this broker.
+                env.push(("GPUQ_SOCKET".into(), self.cfg.socket.display().to_string()));
                 let spec = JobSpec {
                     id,
                     uid: job.uid,

@@ -97,6 +97,9 @@ struct RawProfile {
     replicas: Vec<String>,
     #[serde(default)]
     env: std::collections::BTreeMap<String, String>,
+    client_image: Option<String>,
+    #[serde(default)]
+    client_mounts: Vec<PathBuf>,
 }
 
 /// `[daos]`: the storage nodes, how to reach them, and the profiles
@@ -145,6 +148,12 @@ pub struct DaosProfile {
     pub port: u16,
     pub replicas: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// `gpuq daos-exec`'s image (default: `image`), by full ID.
+    pub client_image: String,
+    /// Host paths an operator allows in every client container (checked
+    /// again at each `daos-exec`: absolute, no `..`, present, and not a
+    /// symlink leading outside this set).
+    pub client_mounts: Vec<PathBuf>,
 }
 
 /// Variables a profile may not set: the ones gpuq sets itself per lease.
@@ -356,9 +365,32 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
                 ));
             }
         }
+        let client_image = p.client_image.unwrap_or_else(|| p.image.clone());
+        if !is_image_id(&client_image) {
+            return Err(invalid(
+                "daos.profiles.client_image",
+                format!("profile '{name}': '{client_image}' is not a full image ID (sha256:<64 lowercase hex>)"),
+            ));
+        }
+        for m in &p.client_mounts {
+            let bad = !m.is_absolute()
+                || m.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir));
+            if bad {
+                return Err(invalid(
+                    "daos.profiles.client_mounts",
+                    format!(
+                        "profile '{name}': '{}' must be an absolute path without '..'",
+                        m.display()
+                    ),
+                ));
+            }
+        }
         profiles.insert(
             name,
             DaosProfile {
+                client_image,
+                client_mounts: p.client_mounts,
                 image: p.image,
                 system: p.system.unwrap_or_else(|| "daos_server".into()),
                 port: p.port.unwrap_or(10001),

@@ -6,6 +6,7 @@ pub mod broker;
 pub mod config;
 pub mod daos;
 pub mod error;
+pub mod exec;
 pub mod gpu;
 pub mod joblog;
 pub mod policy;

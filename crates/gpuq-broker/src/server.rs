@@ -73,7 +73,8 @@ pub async fn serve(listener: UnixListener, broker: Arc<Broker>) {
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc);
+                .serve_connection(TokioIo::new(stream), svc)
+                .with_upgrades();
             if let Err(e) = conn.await {
                 tracing::debug!("connection: {e}");
             }
@@ -170,6 +171,7 @@ async fn route(
             Ok(json(StatusCode::OK, &broker.lock(peer, &body.reason)?))
         }
         (Method::DELETE, ["v1", "lock"]) => Ok(json(StatusCode::OK, &broker.unlock(peer)?)),
+        (Method::POST, ["v1", "exec"]) => exec(broker, peer, req).await,
         (Method::POST, ["v1", "recover"]) => {
             let msg = broker.recover_lease(peer).await?;
             Ok(json(StatusCode::OK, &serde_json::json!({ "message": msg })))
@@ -198,4 +200,43 @@ impl hyper::body::Body for ChunkBody {
     ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         self.0.poll_recv(cx).map(|o| o.map(|b| Ok(Frame::data(b))))
     }
+}
+
+/// `gpuq daos-exec`: refusals are JSON errors; on success `101` and the
+/// session runs on the upgraded connection.
+async fn exec(
+    broker: &Arc<Broker>,
+    peer: &Peer,
+    mut req: Request<Incoming>,
+) -> Result<Response<Body>, ApiError> {
+    let wants = req
+        .headers()
+        .get(hyper::header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case(gpuq_protocol::exec::UPGRADE));
+    if !wants {
+        return Err(ApiError::BadRequest(format!(
+            "{} needs `Connection: Upgrade` and `Upgrade: {}` (use `gpuq daos-exec`)",
+            routes::EXEC,
+            gpuq_protocol::exec::UPGRADE
+        )));
+    }
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let body: gpuq_protocol::exec::ExecRequest = read_json(req).await?;
+    let session = broker.exec_start(peer, body).await?;
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(up) => crate::exec::pump(session, TokioIo::new(up)).await,
+            Err(e) => {
+                tracing::warn!("daos-exec upgrade failed: {e}");
+                crate::exec::abandon(session).await
+            }
+        }
+    });
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(hyper::header::CONNECTION, "Upgrade")
+        .header(hyper::header::UPGRADE, gpuq_protocol::exec::UPGRADE)
+        .body(full(""))
+        .map_err(|e| ApiError::BadRequest(e.to_string()))
 }

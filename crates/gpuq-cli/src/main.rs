@@ -3,6 +3,7 @@
 //! exit code from [`Exit`]; stdout carries only results (`submit` prints only
 //! the job ID, like `sbatch --parsable`).
 
+mod exec;
 mod render;
 mod verbs;
 
@@ -98,6 +99,22 @@ enum Verb {
     Recover {
         #[arg(long)]
         json: bool,
+    },
+    /// Run a command in a client container of your running --inst job (from
+    /// inside the job): its DAOS system, your UID, your submit directory.
+    /// Exits with the command's exit code.
+    DaosExec {
+        /// Working directory in the container (default: yours if it is
+        /// mounted there, else the job's submit directory).
+        #[arg(long)]
+        workdir: Option<String>,
+        /// NAME=VALUE for the command's environment (repeatable); nothing
+        /// else of yours is passed.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
     },
     /// Check (root) that every profile's pinned image ID is present on this
     /// host and on every node, and that no container of ours runs another

@@ -154,6 +154,11 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 eprintln!("gpuq: {}", v["message"].as_str().unwrap_or("recovered"));
             }
         }
+        Verb::DaosExec {
+            workdir,
+            env,
+            command,
+        } => return crate::exec::run(client, workdir, env, command).await,
         Verb::VerifyPins { json } => {
             let v: serde_json::Value = client.call(Method::GET, routes::PINS, None::<&()>).await?;
             if json {

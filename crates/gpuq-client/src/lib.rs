@@ -141,4 +141,58 @@ impl Client {
         }
         Ok(())
     }
+
+    /// POST `body` (JSON) asking to switch to `protocol`; on `101` the
+    /// connection is handed over (`gpuq daos-exec`). Any other answer is
+    /// the broker's refusal, as [`ClientError::Api`].
+    pub async fn upgrade(
+        &self,
+        path: &str,
+        protocol: &str,
+        body: Vec<u8>,
+    ) -> Result<TokioIo<hyper::upgrade::Upgraded>, ClientError> {
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|source| ClientError::Connect {
+                socket: self.socket.clone(),
+                source,
+            })?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.protocol(e))?;
+        tokio::spawn(async move {
+            let _ = conn.with_upgrades().await;
+        });
+        let req = Request::builder()
+            .method(Method::POST)
+            .uri(format!("http://gpuq{path}"))
+            .header("host", "gpuq")
+            .header("content-type", "application/json")
+            .header(hyper::header::CONNECTION, "Upgrade")
+            .header(hyper::header::UPGRADE, protocol)
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| self.protocol(e))?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| self.protocol(e))?;
+        let status = resp.status();
+        if status == StatusCode::SWITCHING_PROTOCOLS {
+            let up = hyper::upgrade::on(resp)
+                .await
+                .map_err(|e| self.protocol(e))?;
+            return Ok(TokioIo::new(up));
+        }
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| self.protocol(e))?
+            .to_bytes();
+        let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| ErrorBody {
+            code: gpuq_protocol::ErrorCode::Internal,
+            error: format!("broker answered {status}"),
+        });
+        Err(ClientError::Api { status, body })
+    }
 }

@@ -536,6 +536,21 @@ impl Podman for LibpodClient {
         Ok(ExecAttach::new(session, exec.tty, TokioIo::new(upgraded)))
     }
 
+    async fn exec_resize(&self, session: &str, rows: u16, cols: u16) -> Result<()> {
+        let t = Target {
+            op: "exec resize",
+            kind: ObjectKind::Container,
+            name: session,
+        };
+        let path = format!(
+            "{API_PREFIX}/exec/{}/resize?h={rows}&w={cols}",
+            encode(session)
+        );
+        self.call(Method::POST, &path, ReqBody::empty(), None, t)
+            .await?;
+        Ok(())
+    }
+
     async fn exec_exit_code(&self, session: &str) -> Result<Option<i32>> {
         let t = Target {
             op: "exec inspect",

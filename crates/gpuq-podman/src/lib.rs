@@ -149,6 +149,14 @@ pub trait Podman: Send + Sync {
         exec: &ExecSpec,
     ) -> impl Future<Output = Result<ExecAttach>> + Send;
 
+    /// Resizes an exec session's TTY.
+    fn exec_resize(
+        &self,
+        session: &str,
+        rows: u16,
+        cols: u16,
+    ) -> impl Future<Output = Result<()>> + Send;
+
     /// The exit code of an exec session, or `None` while it runs.
     fn exec_exit_code(&self, session: &str) -> impl Future<Output = Result<Option<i32>>> + Send;
 

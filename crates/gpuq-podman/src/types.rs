@@ -251,6 +251,9 @@ pub struct ContainerSpec {
     pub labels: BTreeMap<String, String>,
     /// `UID:GID` (numeric) or a user name from the image.
     pub user: Option<String>,
+    /// Supplementary groups (numeric GIDs) of the container's processes,
+    /// exec sessions included.
+    pub groups: Vec<String>,
     /// Working directory.
     pub work_dir: Option<String>,
     /// Hostname (not with a host UTS/network namespace).
@@ -309,6 +312,7 @@ impl ContainerSpec {
             cap_drop: Vec::new(),
             cap_add: Vec::new(),
             no_new_privileges: false,
+            groups: Vec::new(),
             read_only_rootfs: false,
             stop_timeout: None,
         }
@@ -335,6 +339,9 @@ impl ContainerSpec {
         }
         if let Some(u) = &self.user {
             m.insert("user".into(), json!(u));
+        }
+        if !self.groups.is_empty() {
+            m.insert("groups".into(), json!(self.groups));
         }
         if let Some(w) = &self.work_dir {
             m.insert("work_dir".into(), json!(w));

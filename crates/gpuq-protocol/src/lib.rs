@@ -6,6 +6,7 @@
 //! routes are listed in [`routes`]. This crate performs no I/O.
 
 pub mod duration;
+pub mod exec;
 pub mod node;
 pub mod time;
 
@@ -26,6 +27,8 @@ pub mod routes {
     pub const DAOS: &str = "/v1/daos";
     /// `GET` (root): every pinned image present on every host (`gpuq verify-pins`).
     pub const PINS: &str = "/v1/daos/pins";
+    /// `POST` an [`super::exec::ExecRequest`] with `Upgrade: gpuq-exec` (`gpuq daos-exec`).
+    pub const EXEC: &str = "/v1/exec";
 }
 
 /// A job's number, unique for the life of the broker's store, never reused.

@@ -9,3 +9,4 @@
 
 pub mod blk;
 pub mod proc;
+pub mod term;

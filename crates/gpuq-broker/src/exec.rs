@@ -1,0 +1,417 @@
+//! `gpuq daos-exec`: a client container of the caller's running `--inst`
+//! job, through this host's Podman API, as the job's owner.
+//!
+//! Who may: the caller's PID (from `SO_PEERCRED`) must be inside a running
+//! DAOS job's cgroup and the caller must own it (root may use any running
+//! DAOS job, from anywhere). What the container gets: the profile's pinned
+//! client image, the owner's UID, GID and groups, no capabilities,
+//! `no-new-privileges`, the host network, and exactly these mounts: the
+//! job's submit directory (same path, read-write), the lease's agent socket
+//! directory and control config (same paths; the config read-only), the
+//! operator's `client_mounts` (each checked now), and a private `/tmp`
+//! (`HOME`). The user's command runs in it as an exec session with stdin
+//! attached; the caller's terminal and the session are joined by
+//! [`pump`] over the upgraded connection ([`gpuq_protocol::exec`]).
+
+use crate::broker::{Broker, Peer};
+use crate::daos::job_of_lease;
+use crate::error::ApiError;
+use crate::store::Job;
+use gpuq_lease::Phase;
+use gpuq_podman::{
+    lease_labels, ContainerSpec, ExecAttach, ExecSpec, ImageId, LibpodClient, LogStream, Mount,
+    Namespace, Podman, Role,
+};
+use gpuq_protocol::exec::{self as wire, to_broker, to_cli, ExecRequest};
+use gpuq_protocol::{JobId, JobState};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// A started client container with the command attached.
+#[derive(Debug)]
+pub struct Session {
+    pm: LibpodClient,
+    container: String,
+    attach: ExecAttach,
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// The job whose cgroup holds `pid` (direct runner `gpuq-job-<id>`,
+/// systemd `gpuq-job-<id>.service`).
+pub fn job_of_pid(pid: i32) -> Option<JobId> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    path.split('/').find_map(|c| {
+        let rest = c.strip_prefix("gpuq-job-")?;
+        let id = rest.strip_suffix(".service").unwrap_or(rest);
+        id.parse().ok().map(JobId)
+    })
+}
+
+fn refuse(msg: String) -> ApiError {
+    ApiError::Forbidden(msg)
+}
+
+/// `p` lies under `dir` (both absolute and normalised).
+fn under(p: &Path, dir: &Path) -> bool {
+    p.starts_with(dir)
+}
+
+/// Check an operator mount: absolute, no `..`, present, and its real path
+/// inside the allowed set (a symlink may not lead outside it).
+fn check_mount(m: &Path, allowed: &[PathBuf]) -> Result<PathBuf, String> {
+    if !m.is_absolute() || m.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!(
+            "{}: not an absolute path without '..'",
+            m.display()
+        ));
+    }
+    let real = std::fs::canonicalize(m).map_err(|e| format!("{}: {e}", m.display()))?;
+    if !allowed.iter().any(|a| under(&real, a)) {
+        return Err(format!(
+            "{} resolves to {}, outside the allowed client mounts",
+            m.display(),
+            real.display()
+        ));
+    }
+    Ok(real)
+}
+
+impl Broker {
+    /// Authorise the caller and start the client container and the command;
+    /// every refusal is a one-line error and leaves nothing behind.
+    pub async fn exec_start(&self, peer: &Peer, req: ExecRequest) -> Result<Session, ApiError> {
+        if req.argv.is_empty() || req.argv.iter().any(|a| a.contains('\0')) {
+            return Err(ApiError::BadRequest(
+                "give the command after `--`: gpuq daos-exec -- CMD [ARGS...]".into(),
+            ));
+        }
+        for (k, v) in &req.env {
+            if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+                return Err(ApiError::BadRequest(format!(
+                    "--env '{k}': expected NAME=VALUE"
+                )));
+            }
+            if k.starts_with("DAOS_") && k != "DAOS_POOL" && k != "DAOS_CONTAINER" {
+                return Err(ApiError::BadRequest(format!(
+                    "--env {k}: gpuq sets the DAOS system's variables itself"
+                )));
+            }
+        }
+        let Some(daos) = self.daos() else {
+            return Err(ApiError::NotEnabled(
+                "DAOS jobs are not enabled on this broker: there is no DAOS system to exec into"
+                    .into(),
+            ));
+        };
+        let job = self.exec_job(peer)?;
+        let lease = daos
+            .active()
+            .filter(|l| job_of_lease(&l.lease) == Some(job.id))
+            .ok_or_else(|| {
+                ApiError::Conflict(format!("job {} has no DAOS system (yet)", job.id))
+            })?;
+        if lease.phase != Phase::Running {
+            return Err(ApiError::Conflict(format!(
+                "the DAOS system of job {} is not up (lease {} is {:?})",
+                job.id, lease.lease, lease.phase
+            )));
+        }
+        let profile = daos
+            .profile(&lease.profile)
+            .ok_or_else(|| ApiError::Conflict(format!("profile {} is gone", lease.profile)))?
+            .clone();
+        let host = daos.host(&lease.profile).map_err(ApiError::Conflict)?;
+        // The mounts, each checked now.
+        let submit = PathBuf::from(&job.cwd);
+        let mut allowed: Vec<PathBuf> = profile.client_mounts.clone();
+        let mut extra = Vec::new();
+        for m in &profile.client_mounts {
+            extra.push(check_mount(m, &allowed).map_err(|e| {
+                ApiError::Conflict(format!(
+                    "client mount policy of profile {}: {e}",
+                    lease.profile
+                ))
+            })?);
+        }
+        allowed.push(submit.clone());
+        // Working directory: --workdir, else the caller's, if mounted.
+        let caller_cwd = peer
+            .pid
+            .and_then(|p| std::fs::read_link(format!("/proc/{p}/cwd")).ok());
+        let work_dir = match &req.workdir {
+            Some(w) => {
+                let w = PathBuf::from(w);
+                if !w.is_absolute() || !allowed.iter().any(|a| under(&w, a)) {
+                    return Err(ApiError::BadRequest(format!(
+                        "--workdir {}: not under a mounted directory ({})",
+                        w.display(),
+                        allowed
+                            .iter()
+                            .map(|a| a.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                w
+            }
+            None => caller_cwd
+                .filter(|c| allowed.iter().any(|a| under(c, a)))
+                .unwrap_or_else(|| submit.clone()),
+        };
+        let control = host.control_config(&lease.lease);
+        let agent = host.agent_dir(&lease.lease);
+        let image = ImageId::parse(&profile.client_image)
+            .map_err(|e| ApiError::Conflict(format!("client image: {e}")))?;
+        let name = format!(
+            "gpuq-{}-client-{}",
+            lease.lease,
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        );
+        let user = format!("{}:{}", job.uid, job.gid);
+        let mut spec = ContainerSpec::new(name.clone(), image);
+        spec.labels = lease_labels(&lease.lease, Role::Client);
+        spec.user = Some(user.clone());
+        spec.groups = job.groups.iter().map(u32::to_string).collect();
+        spec.network = Namespace::Host;
+        spec.cap_drop = vec!["ALL".into()];
+        spec.no_new_privileges = true;
+        spec.command = vec!["sleep".into(), "2147483647".into()];
+        let same = |p: &Path| Mount::bind(p.display().to_string(), p.display().to_string());
+        spec.mounts = vec![
+            same(&submit),
+            same(&agent),
+            same(&control).read_only(),
+            Mount {
+                options: vec!["mode=1777".into()],
+                ..Mount::tmpfs("/tmp")
+            },
+        ];
+        spec.mounts.extend(extra.iter().map(|p| same(p)));
+        let mut env: std::collections::BTreeMap<String, String> =
+            host.job_env(&lease.lease).into_iter().collect();
+        env.insert("HOME".into(), "/tmp".into());
+        env.insert("GPUQ_JOB_ID".into(), job.id.to_string());
+        env.extend(req.env.iter().cloned());
+        let pm = LibpodClient::connect(&host.podman_socket)
+            .await
+            .map_err(|e| ApiError::Conflict(format!("this host's Podman: {e}")))?;
+        pm.container_create(&spec)
+            .await
+            .map_err(|e| ApiError::Conflict(format!("client container: {e}")))?;
+        let started = async {
+            pm.container_start(&name).await?;
+            let exec = ExecSpec {
+                env,
+                user: Some(user),
+                work_dir: Some(work_dir.display().to_string()),
+                tty: req.tty,
+                stdin: true,
+                ..ExecSpec::new(req.argv.clone())
+            };
+            let attach = pm.container_exec_attach(&name, &exec).await?;
+            if let (true, Some(r), Some(c)) = (req.tty, req.rows, req.cols) {
+                let _ = pm.exec_resize(&attach.session, r, c).await;
+            }
+            Ok::<_, gpuq_podman::Error>(attach)
+        }
+        .await;
+        match started {
+            Ok(attach) => {
+                tracing::info!(job = %job.id, container = %name, "daos-exec started");
+                Ok(Session {
+                    pm,
+                    container: name,
+                    attach,
+                })
+            }
+            Err(e) => {
+                let _ = pm.container_delete(&name, true).await;
+                Err(ApiError::Conflict(format!("client container: {e}")))
+            }
+        }
+    }
+
+    /// The running DAOS job the caller may exec into.
+    fn exec_job(&self, peer: &Peer) -> Result<Job, ApiError> {
+        let in_job = peer.pid.and_then(job_of_pid);
+        let job = match in_job {
+            Some(id) => self
+                .store()
+                .get(id)?
+                .ok_or_else(|| refuse(format!("no job {id}")))?,
+            None if peer.is_root() => {
+                let running: Vec<Job> = self
+                    .store()
+                    .by_state(&[JobState::Running])?
+                    .into_iter()
+                    .filter(|j| j.inst.is_some())
+                    .collect();
+                match running.len() {
+                    1 => running.into_iter().next().ok_or_else(|| refuse(String::new()))?,
+                    0 => return Err(refuse("no --inst job is running".into())),
+                    _ => return Err(refuse("more than one --inst job runs; run daos-exec from inside the one you mean".into())),
+                }
+            }
+            None => {
+                return Err(refuse(
+                    "gpuq daos-exec works only inside a running --inst job (run it from the job's script); this process is in no gpuq job".into(),
+                ))
+            }
+        };
+        if job.uid != peer.uid && !peer.is_root() {
+            return Err(refuse(format!("job {} is not yours", job.id)));
+        }
+        if job.inst.is_none() {
+            return Err(refuse(format!(
+                "job {} is not a DAOS job (submit it with --inst PROFILE to get a DAOS system)",
+                job.id
+            )));
+        }
+        if job.state != JobState::Running {
+            return Err(refuse(format!(
+                "job {} has finished ({})",
+                job.id, job.state
+            )));
+        }
+        Ok(job)
+    }
+}
+
+/// The caller never took the session: remove its container.
+pub async fn abandon(s: Session) {
+    let _ = s.pm.container_delete(&s.container, true).await;
+}
+
+async fn write_frame<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    kind: u8,
+    data: &[u8],
+) -> std::io::Result<()> {
+    for part in data
+        .chunks(wire::MAX_FRAME)
+        .chain(data.is_empty().then_some(&[][..]))
+    {
+        w.write_all(&wire::header(kind, part.len())).await?;
+        w.write_all(part).await?;
+    }
+    w.flush().await
+}
+
+/// Join the caller's connection and the session until the command ends
+/// (then its exit code is the last frame) or the caller goes away (then the
+/// container is killed). The container is removed either way.
+pub async fn pump<IO>(s: Session, io: IO)
+where
+    IO: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let Session {
+        pm,
+        container,
+        attach,
+    } = s;
+    let session = attach.session.clone();
+    let (mut rd, mut wr) = tokio::io::split(io);
+    let (stdin, mut out) = attach.split();
+    // Caller → command. Returns when the caller's connection ends.
+    let from_caller = async {
+        let mut stdin = Some(stdin);
+        let mut buf = vec![0u8; wire::MAX_FRAME];
+        loop {
+            let mut h = [0u8; 8];
+            if let Err(e) = rd.read_exact(&mut h).await {
+                tracing::debug!("daos-exec caller: {e}");
+                return;
+            }
+            let Some((kind, len)) = wire::parse_header(&h) else {
+                tracing::debug!("daos-exec caller: bad frame header {h:?}");
+                return;
+            };
+            if let Err(e) = rd.read_exact(&mut buf[..len]).await {
+                tracing::debug!("daos-exec caller: {e}");
+                return;
+            }
+            match kind {
+                to_broker::STDIN => {
+                    if let Some(s) = stdin.as_mut() {
+                        if s.write_all(&buf[..len]).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                }
+                to_broker::STDIN_EOF => {
+                    if let Some(s) = stdin.take() {
+                        let _ = s.close().await;
+                    }
+                }
+                to_broker::RESIZE if len == 4 => {
+                    let rows = u16::from_be_bytes([buf[0], buf[1]]);
+                    let cols = u16::from_be_bytes([buf[2], buf[3]]);
+                    let _ = pm.exec_resize(&session, rows, cols).await;
+                }
+                other => {
+                    tracing::debug!(
+                        "daos-exec caller: unexpected frame kind {other} ({len} bytes)"
+                    );
+                    return;
+                }
+            }
+        }
+    };
+    // Command → caller, as it comes (nothing is buffered beyond a frame).
+    let to_caller = async {
+        loop {
+            match out.next_chunk().await {
+                Ok(Some(c)) => {
+                    let kind = match c.stream {
+                        LogStream::Stderr => to_cli::STDERR,
+                        _ => to_cli::STDOUT,
+                    };
+                    if write_frame(&mut wr, kind, &c.data).await.is_err() {
+                        return Err(());
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(_) => return Ok(()),
+            }
+        }
+    };
+    let ended = tokio::select! {
+        r = to_caller => r.is_ok(),
+        _ = from_caller => false,
+    };
+    if ended {
+        let mut code = None;
+        for _ in 0..100 {
+            match pm.exec_exit_code(&session).await {
+                Ok(Some(c)) => {
+                    code = Some(c);
+                    break;
+                }
+                Ok(None) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                Err(_) => break,
+            }
+        }
+        let _ = match code {
+            Some(c) => write_frame(&mut wr, to_cli::EXIT, &c.to_be_bytes()).await,
+            None => {
+                write_frame(
+                    &mut wr,
+                    to_cli::ERROR,
+                    b"the command's exit status is unknown",
+                )
+                .await
+            }
+        };
+        let _ = wr.shutdown().await;
+    } else {
+        tracing::info!(container = %container, "daos-exec caller went away; removing the container");
+    }
+    if let Err(e) = pm.container_delete(&container, true).await {
+        if !e.is_not_found() {
+            tracing::warn!(container = %container, "remove client container: {e}");
+        }
+    }
+}

@@ -1,0 +1,287 @@
+//! `gpuq daos-exec` on the test cluster: from inside a running `--inst`
+//! job, a client container on cxl2's Podman, as the job's owner, with the
+//! job's DAOS system (the simulator) — and every refusal.
+
+use gpuq_system_tests::daos_site::*;
+use gpuq_system_tests::*;
+use std::os::unix::fs::MetadataExt;
+
+fn gpuq() -> String {
+    bin("gpuq").display().to_string()
+}
+
+#[test]
+fn the_seed_example_runs_as_the_job_owner_and_streams_both_ways() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-seed");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    // The seed README's example, then the stream and exit-code checks.
+    let script = format!(
+        r#"
+{g} daos-exec -- bash -euc '
+  dmg -o "$DAOS_CONTROL_CONFIG" system query
+  dmg -o "$DAOS_CONTROL_CONFIG" pool create --size=32G --nsvc=1 --nranks=4 my-pool
+  daos -G "$DAOS_SYSTEM" container create --type=POSIX my-pool my-data
+' > seed.out 2>&1; echo "seed=$?" >> codes
+{g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > query.json
+{g} daos-exec -- sh -c 'id -u; id -g; pwd; echo $HOME; echo written > from-container' > ids
+{g} daos-exec -- sh -c 'exit 3'; echo "three=$?" >> codes
+{g} daos-exec -- sh -c 'kill -9 $$'; echo "killed=$?" >> codes
+{g} daos-exec -- true; echo "zero=$?" >> codes
+echo piped-in | {g} daos-exec -- cat > piped
+{g} daos-exec -- sh -c 'echo to-err >&2' 2> err
+/usr/bin/time -f %M -o rss {g} daos-exec -- head -c 1073741824 /dev/zero | wc -c > gib
+"#
+    );
+    let out = s.b.gpuq_in(
+        Some(&a),
+        &w,
+        &[],
+        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().unwrap();
+    s.expect_end(id, "completed", 300);
+    let read = |f: &str| std::fs::read_to_string(w.join(f)).unwrap_or_default();
+    let seed = read("seed.out");
+    eprintln!(
+        "--- seed example ---\n{seed}--- codes ---\n{}--- CLI peak RSS (KiB) for 1 GiB: {}",
+        read("codes"),
+        read("rss")
+    );
+    assert!(
+        seed.matches("Joined").count() + seed.matches("joined").count() >= 1,
+        "{seed}"
+    );
+    assert!(
+        seed.contains("my-data") || seed.contains("Successfully created container"),
+        "{seed}"
+    );
+    let q: serde_json::Value = serde_json::from_str(&read("query.json")).unwrap();
+    let members = q["response"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 4, "{q}");
+    assert!(members.iter().all(|m| m["state"] == "joined"), "{q}");
+    let codes = read("codes");
+    for want in ["seed=0", "three=3", "killed=137", "zero=0"] {
+        assert!(codes.contains(want), "{want} in {codes}");
+    }
+    let ids: Vec<String> = read("ids").lines().map(str::to_string).collect();
+    assert_eq!(
+        ids[..2],
+        ["61001".to_string(), "61001".to_string()],
+        "{ids:?}"
+    );
+    assert_eq!(
+        ids[2],
+        w.display().to_string(),
+        "the caller's cwd, mounted at the same path"
+    );
+    assert_eq!(ids[3], "/tmp");
+    let m = std::fs::metadata(w.join("from-container")).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid()),
+        (61001, 61001),
+        "files belong to the job owner"
+    );
+    assert_eq!(read("piped"), "piped-in\n");
+    assert_eq!(read("err"), "to-err\n");
+    assert_eq!(read("gib").trim(), "1073741824");
+    let rss_kib: u64 = read("rss").trim().parse().unwrap();
+    assert!(rss_kib < 50 * 1024, "the CLI's peak RSS was {rss_kib} KiB");
+    // Every client container is gone; and the lease cleans up as usual.
+    s.assert_clean();
+}
+
+#[test]
+fn daos_exec_refuses_callers_outside_their_own_running_daos_job() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-refuse");
+    let (a, b) = (alice(), bob());
+    let wa = s.b.workdir(Some(&a), "alice");
+    let wb = s.b.workdir(Some(&b), "bob");
+    let g = gpuq();
+    // Outside any job.
+    let out =
+        s.b.gpuq_in(Some(&a), &wa, &[], &["daos-exec", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("only inside a running --inst job"),
+        "{}",
+        stderr(&out)
+    );
+    // A plain (not --inst) job.
+    let plain = s.b.gpuq_in(
+        Some(&a),
+        &wa,
+        &[("GPUQ_SOCKET", &s.b.socket.display().to_string())],
+        &[
+            "submit",
+            "--",
+            "bash",
+            "-c",
+            &format!(
+                "GPUQ_SOCKET={} {g} daos-exec -- true 2> plain.err; echo $? > plain.rc",
+                s.b.socket.display()
+            ),
+        ],
+    );
+    let plain: u64 = stdout(&plain).trim().parse().unwrap();
+    s.expect_end(plain, "completed", 60);
+    let err = std::fs::read_to_string(wa.join("plain.err")).unwrap();
+    assert!(err.contains("not a DAOS job"), "{err}");
+    // Alice's DAOS job runs; bob (his own shell, and his own plain job)
+    // cannot use it; a policy mount that escapes by symlink is refused.
+    let id = s.b.gpuq_in(
+        Some(&a),
+        &wa,
+        &[],
+        &[
+            "submit",
+            "--inst",
+            "test",
+            "--",
+            "bash",
+            "-c",
+            "touch up; sleep 60",
+        ],
+    );
+    let id: u64 = stdout(&id).trim().parse().unwrap();
+    assert!(eventually(120, || wa.join("up").exists()), "{}", s.log(id));
+    let out =
+        s.b.gpuq_in(Some(&b), &wb, &[], &["daos-exec", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("only inside a running --inst job"),
+        "{}",
+        stderr(&out)
+    );
+    // Alice's own shell outside the job is refused too.
+    let out =
+        s.b.gpuq_in(Some(&a), &wa, &[], &["daos-exec", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    // No client container was made for any of these.
+    assert!(
+        !s.containers("cxl2").iter().any(|c| c.contains("-client-")),
+        "{:?}",
+        s.containers("cxl2")
+    );
+    let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
+    assert!(c.status.success());
+    s.expect_end(id, "cancelled", 60);
+    // A job that has finished: its processes are gone, and so is its
+    // system; a late caller (root, from outside) finds no running job.
+    let out = s.b.gpuq(ROOT, &["daos-exec", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("no --inst job is running"),
+        "{}",
+        stderr(&out)
+    );
+    s.assert_clean();
+}
+
+#[test]
+fn operator_mounts_are_checked_and_one_escaping_by_symlink_is_refused() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up_full("dx-mounts", None, |d| {
+        format!(
+            "client_mounts = [\"{}/shared\", \"{}/sneaky\"]\n",
+            d.display(),
+            d.display()
+        )
+    });
+    let shared = s.b.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("dataset"), "data\n").unwrap();
+    // Not yet a symlink: a plain directory, fine.
+    std::fs::create_dir(s.b.path("sneaky")).unwrap();
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    let script = format!(
+        "{g} daos-exec -- cat {}/dataset > seen; echo $? > rc1; \
+         while [ ! -e go ]; do sleep 0.1; done; \
+         {g} daos-exec -- true 2> refused; echo $? > rc2",
+        shared.display()
+    );
+    let id = s.b.gpuq_in(
+        Some(&a),
+        &w,
+        &[],
+        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+    );
+    let id: u64 = stdout(&id).trim().parse().unwrap();
+    assert!(eventually(120, || w.join("rc1").exists()), "{}", s.log(id));
+    assert_eq!(std::fs::read_to_string(w.join("seen")).unwrap(), "data\n");
+    // Now the operator path becomes a symlink to /etc: refused, nothing made.
+    std::fs::remove_dir(s.b.path("sneaky")).unwrap();
+    std::os::unix::fs::symlink("/etc", s.b.path("sneaky")).unwrap();
+    std::fs::write(w.join("go"), "").unwrap();
+    s.expect_end(id, "completed", 120);
+    let err = std::fs::read_to_string(w.join("refused")).unwrap();
+    assert!(
+        err.contains("sneaky") && err.contains("outside the allowed client mounts"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(w.join("rc2")).unwrap().trim(), "1");
+    s.assert_clean();
+}
+
+#[test]
+fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-stop");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    // SIGTERM to the CLI: its container goes; then one left running when
+    // the job's script ends.
+    let script = format!(
+        "{g} daos-exec -- sleep 300 & pid=$!; touch first; \
+         while [ ! -e go1 ]; do sleep 0.1; done; kill -TERM $pid; wait $pid; echo $? > rc; \
+         touch second; {g} daos-exec -- sleep 300 & \
+         while [ ! -e go2 ]; do sleep 0.1; done; exit 0"
+    );
+    let id = s.b.gpuq_in(
+        Some(&a),
+        &w,
+        &[],
+        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+    );
+    let id: u64 = stdout(&id).trim().parse().unwrap();
+    let clients = || {
+        s.containers("cxl2")
+            .into_iter()
+            .filter(|c| c.contains("-client-"))
+            .count()
+    };
+    assert!(
+        eventually(120, || w.join("first").exists() && clients() == 1),
+        "{}",
+        s.log(id)
+    );
+    std::fs::write(w.join("go1"), "").unwrap();
+    assert!(eventually(30, || w.join("rc").exists()));
+    assert_eq!(std::fs::read_to_string(w.join("rc")).unwrap().trim(), "143");
+    let first_gone = || {
+        !s.containers("cxl2")
+            .iter()
+            .any(|c| c.contains("-client-0 "))
+    };
+    assert!(eventually(30, first_gone), "{:?}", s.containers("cxl2"));
+    assert!(eventually(60, || w.join("second").exists() && clients() == 1));
+    std::fs::write(w.join("go2"), "").unwrap();
+    s.expect_end(id, "completed", 60);
+    assert!(
+        s.log(id).contains("cleanup remove_clients"),
+        "{}",
+        s.log(id)
+    );
+    s.assert_clean();
+}
