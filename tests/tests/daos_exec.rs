@@ -285,3 +285,34 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
     );
     s.assert_clean();
 }
+
+#[test]
+fn a_caller_with_a_terminal_gets_a_tty_of_its_size() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-tty");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    // `script` gives the job's command a pseudo-terminal of 40x100.
+    let inner = format!(
+        "stty rows 40 cols 100; {g} daos-exec -- sh -c 'test -t 0 && test -t 1 && echo TTY; busybox stty size'"
+    );
+    let script = format!(
+        "script -qec \"{inner}\" /dev/null > tty.out; {g} daos-exec -- sh -c 'test -t 1 || echo NO-TTY' > notty.out"
+    );
+    let id = s.b.gpuq_in(
+        Some(&a),
+        &w,
+        &[],
+        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+    );
+    let id: u64 = stdout(&id).trim().parse().unwrap();
+    s.expect_end(id, "completed", 120);
+    let out = std::fs::read_to_string(w.join("tty.out")).unwrap();
+    assert!(out.contains("TTY"), "{out:?}");
+    assert!(out.contains("40 100"), "{out:?}");
+    let out = std::fs::read_to_string(w.join("notty.out")).unwrap();
+    assert_eq!(out, "NO-TTY\n");
+    s.assert_clean();
+}

@@ -209,12 +209,10 @@ impl Broker {
                 work_dir: Some(work_dir.display().to_string()),
                 tty: req.tty,
                 stdin: true,
+                console_size: req.rows.zip(req.cols),
                 ..ExecSpec::new(req.argv.clone())
             };
             let attach = pm.container_exec_attach(&name, &exec).await?;
-            if let (true, Some(r), Some(c)) = (req.tty, req.rows, req.cols) {
-                let _ = pm.exec_resize(&attach.session, r, c).await;
-            }
             Ok::<_, gpuq_podman::Error>(attach)
         }
         .await;

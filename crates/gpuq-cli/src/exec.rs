@@ -86,6 +86,15 @@ pub async fn run(
             what: e.to_string(),
         })?;
     let sender = async move {
+        // The terminal's size once more, now that the command runs (the
+        // size sent with the request may have reached it too early).
+        if let Some((r, c)) = size {
+            let mut p = r.to_be_bytes().to_vec();
+            p.extend_from_slice(&c.to_be_bytes());
+            if frame(&mut wr, to_broker::RESIZE, &p).await.is_err() {
+                return;
+            }
+        }
         let mut stdin_open = true;
         loop {
             tokio::select! {

@@ -458,7 +458,12 @@ impl Podman for LibpodClient {
         // multiplexed output and closes. hyper reads that as a body delimited
         // by the close. Enough for commands without stdin.
         let path = format!("{API_PREFIX}/exec/{session}/start");
-        let start = serde_json::json!({ "Detach": false, "Tty": exec.tty }).to_string();
+        let mut start = serde_json::json!({ "Detach": false, "Tty": exec.tty });
+        if let (true, Some((h, w))) = (exec.tty, exec.console_size) {
+            start["h"] = h.into();
+            start["w"] = w.into();
+        }
+        let start = start.to_string();
         let reply = self
             .call(
                 Method::POST,
@@ -500,7 +505,12 @@ impl Podman for LibpodClient {
         let t = ctr("container exec", container);
         let session = self.exec_create(container, exec, exec.stdin).await?;
         let path = format!("{API_PREFIX}/exec/{session}/start");
-        let start = serde_json::json!({ "Detach": false, "Tty": exec.tty }).to_string();
+        let mut start = serde_json::json!({ "Detach": false, "Tty": exec.tty });
+        if let (true, Some((h, w))) = (exec.tty, exec.console_size) {
+            start["h"] = h.into();
+            start["w"] = w.into();
+        }
+        let start = start.to_string();
         let (mut resp, _conn) = open_with(
             &self.socket,
             Method::POST,

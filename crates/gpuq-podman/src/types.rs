@@ -576,6 +576,9 @@ pub struct ExecSpec {
     pub tty: bool,
     /// Attach stdin ([`crate::Podman::container_exec_attach`] only).
     pub stdin: bool,
+    /// With `tty`: the terminal's (rows, columns) from the start, so the
+    /// command never sees a 0x0 terminal (libpod's exec start `h`/`w`).
+    pub console_size: Option<(u16, u16)>,
 }
 
 impl ExecSpec {
