@@ -278,12 +278,12 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
     assert!(eventually(60, || w.join("second").exists() && clients() == 1));
     std::fs::write(w.join("go2"), "").unwrap();
     s.expect_end(id, "completed", 60);
+    s.assert_clean();
     assert!(
         s.log(id).contains("cleanup remove_clients"),
         "{}",
         s.log(id)
     );
-    s.assert_clean();
 }
 
 #[test]
