@@ -710,3 +710,28 @@ fn verify_pins_finds_a_missing_pin_and_a_container_on_another_image() {
     assert!(s.log(id).contains("da2"), "{}", s.log(id));
     assert!(!rw.join("ran").exists());
 }
+
+#[test]
+fn verify_pins_checks_the_client_image_on_this_host() {
+    require_cluster_env!();
+    require_env!();
+    let fake = format!("sha256:{}", "ab".repeat(32));
+    let f = fake.clone();
+    let s = Site::up_full("dj-cpin", None, move |_| {
+        format!("client_image = \"{f}\"\n")
+    });
+    let out = s.b.gpuq(ROOT, &["verify-pins"]);
+    assert!(!out.status.success());
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "cxl2 (this host): profile test (client) image {fake}: MISSING"
+        )),
+        "{text}"
+    );
+    // The nodes are not asked for the client image.
+    assert!(
+        !text.contains(&format!("da1: profile test (client)")),
+        "{text}"
+    );
+}

@@ -377,6 +377,16 @@ impl Daos {
                 )
             })
             .collect();
+        // The client image runs on this host only (`gpuq daos-exec`).
+        let mut host_pins = pins.clone();
+        for (n, p) in &self.cfg.profiles {
+            if p.client_image != p.image {
+                host_pins.push((
+                    format!("{n} (client)"),
+                    ImageId::parse(&p.client_image).map_err(|e| e.to_string()),
+                ));
+            }
+        }
         let mut hosts = vec![(
             "cxl2 (this host)".to_string(),
             Ok(self.cfg.podman_socket.clone()),
@@ -391,7 +401,15 @@ impl Daos {
         // Every host at once; results in host order.
         let tasks: Vec<_> = hosts
             .into_iter()
-            .map(|(host, sock)| tokio::spawn(check_host(host, sock, pins.clone())))
+            .enumerate()
+            .map(|(i, (host, sock))| {
+                let pins = if i == 0 {
+                    host_pins.clone()
+                } else {
+                    pins.clone()
+                };
+                tokio::spawn(check_host(host, sock, pins))
+            })
             .collect();
         let mut results = Vec::new();
         for t in tasks {
