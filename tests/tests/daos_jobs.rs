@@ -730,8 +730,5 @@ fn verify_pins_checks_the_client_image_on_this_host() {
         "{text}"
     );
     // The nodes are not asked for the client image.
-    assert!(
-        !text.contains(&format!("da1: profile test (client)")),
-        "{text}"
-    );
+    assert!(!text.contains("da1: profile test (client)"), "{text}");
 }
