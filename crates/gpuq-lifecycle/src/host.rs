@@ -380,7 +380,7 @@ impl Host {
         &self,
         lease: &str,
         role: Role,
-        grace: Duration,
+        grace: Option<Duration>,
     ) -> Result<String, String> {
         let pm = self.podman().await?;
         let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, role.as_str());
@@ -390,7 +390,8 @@ impl Host {
             .map_err(|e| format!("list {} containers: {e}", role.as_str()))?;
         let mut removed = Vec::new();
         for c in &list {
-            if c.state == "running" {
+            // Without a grace period the forced delete kills at once.
+            if let (true, Some(grace)) = (c.state == "running", grace) {
                 pm.container_stop(&c.id, grace)
                     .await
                     .map_err(|e| format!("stop {}: {e}", short(&c.id)))?;
@@ -422,13 +423,16 @@ impl Host {
 
     /// Cleanup step: client containers (`daos-exec`) of this lease.
     pub async fn remove_clients(&self, lease: &str) -> Result<String, String> {
-        self.remove_role(lease, Role::Client, Duration::from_secs(5))
+        // Their main process is an idle `sleep` (which ignores SIGTERM as
+        // PID 1); the user's commands are exec sessions: nothing to stop
+        // gracefully, and a stop would only wait out its grace period.
+        self.remove_role(lease, Role::Client, None)
             .await
     }
 
     /// Cleanup step: the agent.
     pub async fn stop_agent(&self, lease: &str) -> Result<String, String> {
-        self.remove_role(lease, Role::Agent, Duration::from_secs(10))
+        self.remove_role(lease, Role::Agent, Some(Duration::from_secs(10)))
             .await
     }
 
@@ -444,7 +448,8 @@ impl Host {
             Ok("no control config: the system was never set up".into())
         };
         let outcome = outcome?;
-        self.remove_role(lease, Role::Admin, Duration::from_secs(1))
+        // An idle `sleep` too: killed at once.
+        self.remove_role(lease, Role::Admin, None)
             .await?;
         self.remove_files(lease)?;
         Ok(outcome)
