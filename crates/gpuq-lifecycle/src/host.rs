@@ -48,7 +48,9 @@ pub struct Host {
 const CONTROL_IN: &str = "/etc/daos/daos_control.yml";
 const AGENT_CONF_IN: &str = "/etc/daos/daos_agent.yml";
 const AGENT_DIR_IN: &str = "/var/run/daos_agent";
-const POLL: Duration = Duration::from_millis(250);
+/// How often the join (and "format required") is polled: each poll is one
+/// `dmg` exec (~50 ms); the join is seen at most this late.
+const POLL: Duration = Duration::from_millis(100);
 
 fn yaml_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
