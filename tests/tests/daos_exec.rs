@@ -245,7 +245,7 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
     let script = format!(
         "{g} daos-exec -- sleep 300 & pid=$!; touch first; \
          while [ ! -e go1 ]; do sleep 0.1; done; kill -TERM $pid; wait $pid; echo $? > rc; \
-         touch second; {g} daos-exec -- sleep 300 & \
+         touch second; {g} daos-exec -- sleep 300 2> second.err & \
          while [ ! -e go2 ]; do sleep 0.1; done; exit 0"
     );
     let id = s.b.gpuq_in(
@@ -267,7 +267,8 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
         s.log(id)
     );
     std::fs::write(w.join("go1"), "").unwrap();
-    assert!(eventually(30, || w.join("rc").exists()));
+    let rc = || std::fs::read_to_string(w.join("rc")).unwrap_or_default();
+    assert!(eventually(30, || rc().ends_with('\n')));
     assert_eq!(std::fs::read_to_string(w.join("rc")).unwrap().trim(), "143");
     let first_gone = || {
         !s.containers("cxl2")
@@ -275,7 +276,13 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
             .any(|c| c.contains("-client-0 "))
     };
     assert!(eventually(30, first_gone), "{:?}", s.containers("cxl2"));
-    assert!(eventually(60, || w.join("second").exists() && clients() == 1));
+    assert!(
+        eventually(60, || w.join("second").exists() && clients() == 1),
+        "{:?} {}\n{}",
+        s.containers("cxl2"),
+        std::fs::read_to_string(w.join("second.err")).unwrap_or_default(),
+        s.b.broker_log()
+    );
     std::fs::write(w.join("go2"), "").unwrap();
     s.expect_end(id, "completed", 60);
     s.assert_clean();

@@ -228,7 +228,7 @@ impl Daos {
         let lc = self.lifecycle(profile);
         let host = &local.host;
         let mut l = lc
-            .prepare(lease, owner, local)
+            .preflight(lease, owner, local)
             .await
             .map_err(|e| e.to_string())?;
         let step = |what: &str, t: std::time::Instant, detail: &str| {
@@ -237,8 +237,22 @@ impl Daos {
                 t.elapsed().as_secs_f64()
             ));
         };
+        // The admin container (this host) comes up while the nodes start
+        // their servers.
         let t = std::time::Instant::now();
-        host.write_files(lease)?;
+        let (started, admin) =
+            tokio::join!(lc.start_servers(&mut l, local), host.prepare_admin(lease));
+        if let Err(e) = started {
+            // The failed start cleaned the lease up; its admin container may
+            // have come up after that cleanup looked.
+            if let Err(d) = host.discard_admin(lease).await {
+                tracing::warn!(lease, "removing the admin container: {d}");
+            }
+            return Err(e.to_string());
+        }
+        let a = admin.map_err(|e| format!("admin container: {e}"))?;
+        step("admin", t, &format!("{a} up"));
+        let t = std::time::Instant::now();
         let f = host
             .format(lease)
             .await

@@ -223,7 +223,26 @@ async fn exec(
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
     let body: gpuq_protocol::exec::ExecRequest = read_json(req).await?;
-    let session = broker.exec_start(peer, body).await?;
+    // Started in a task of its own: if the caller goes away meanwhile,
+    // hyper drops this request's future, and a container half made here
+    // would be left behind; the task finishes and removes it instead.
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let (b, p) = (Arc::clone(broker), peer.clone());
+    tokio::spawn(async move {
+        match b.exec_start(&p, body).await {
+            Ok(session) => {
+                if let Err(Ok(session)) = tx.send(Ok(session)) {
+                    crate::exec::abandon(session).await;
+                }
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    });
+    let session = rx
+        .await
+        .map_err(|_| ApiError::Conflict("daos-exec: the session could not be set up".into()))??;
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(up) => crate::exec::pump(session, TokioIo::new(up)).await,

@@ -185,6 +185,22 @@ impl Host {
         Ok(name)
     }
 
+    /// Write the lease's files and create and start its admin container
+    /// (while the servers start: it does not need them).
+    pub async fn prepare_admin(&self, lease: &str) -> Result<String, String> {
+        self.write_files(lease)?;
+        let pm = self.podman().await?;
+        self.admin(&pm, lease).await
+    }
+
+    /// Remove the admin container and the lease's files (a preparation that
+    /// failed after [`Host::prepare_admin`]).
+    pub async fn discard_admin(&self, lease: &str) -> Result<String, String> {
+        let r = self.remove_role(lease, Role::Admin, None).await?;
+        self.remove_files(lease)?;
+        Ok(r)
+    }
+
     /// `dmg -j ARGS` in the admin container: the JSON envelope.
     async fn dmg(&self, pm: &LibpodClient, lease: &str, args: &[&str]) -> Result<Value, String> {
         let admin = self.admin(pm, lease).await?;
@@ -428,8 +444,7 @@ impl Host {
         // Their main process is an idle `sleep` (which ignores SIGTERM as
         // PID 1); the user's commands are exec sessions: nothing to stop
         // gracefully, and a stop would only wait out its grace period.
-        self.remove_role(lease, Role::Client, None)
-            .await
+        self.remove_role(lease, Role::Client, None).await
     }
 
     /// Cleanup step: the agent.
@@ -451,8 +466,7 @@ impl Host {
         };
         let outcome = outcome?;
         // An idle `sleep` too: killed at once.
-        self.remove_role(lease, Role::Admin, None)
-            .await?;
+        self.remove_role(lease, Role::Admin, None).await?;
         self.remove_files(lease)?;
         Ok(outcome)
     }

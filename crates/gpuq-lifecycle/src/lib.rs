@@ -118,12 +118,12 @@ pub struct Lifecycle {
 }
 
 impl Lifecycle {
-    /// Create the lease (durable first), preflight all nodes, start all
-    /// servers; the lease stays `preparing` (the caller formats, waits for
-    /// the joins, then [`Lifecycle::mark_running`]). On a refusal or a failed start the lease is cleaned up
-    /// (nothing of a refused preflight needs wiping, but the lease still
-    /// goes cleaning → released) and the error names every node's reasons.
-    pub async fn prepare(
+    /// Create the lease (durable first) and preflight all nodes; the lease
+    /// stays `preparing` (the caller starts the servers, formats, waits for
+    /// the joins, then [`Lifecycle::mark_running`]). On a refusal nothing
+    /// was started, so nothing needs wiping, but the lease still goes
+    /// cleaning → released, and the error names every node's reasons.
+    pub async fn preflight(
         &self,
         lease: &str,
         owner: &str,
@@ -190,6 +190,31 @@ impl Lifecycle {
             secs(t)
         ));
         local.checkpoint("preflight_passed");
+        Ok(l)
+    }
+
+    /// Create the lease (durable first), preflight all nodes, start all
+    /// servers: [`Lifecycle::preflight`] then [`Lifecycle::start_servers`].
+    pub async fn prepare(
+        &self,
+        lease: &str,
+        owner: &str,
+        local: &dyn LocalSteps,
+    ) -> Result<Lease, LifecycleError> {
+        let mut l = self.preflight(lease, owner, local).await?;
+        self.start_servers(&mut l, local).await?;
+        Ok(l)
+    }
+
+    /// Start the servers of a preflighted lease on all nodes at once. A
+    /// failure cleans the lease up (and holds it if that fails too).
+    pub async fn start_servers(
+        &self,
+        l: &mut Lease,
+        local: &dyn LocalSteps,
+    ) -> Result<(), LifecycleError> {
+        let lease = l.lease.clone();
+        let lease = lease.as_str();
         let t = std::time::Instant::now();
         let start = StartRequest {
             profile: self.profile.clone(),
@@ -215,8 +240,8 @@ impl Lifecycle {
                 secs(t),
                 failures.join("; ")
             ));
-            self.store.transition(&mut l, Phase::Cleaning, now())?;
-            self.cleanup(&mut l, local).await?;
+            self.store.transition(l, Phase::Cleaning, now())?;
+            self.cleanup(l, local).await?;
             return Err(LifecycleError::Refused {
                 lease: lease.to_string(),
                 reasons: failures,
@@ -228,7 +253,7 @@ impl Lifecycle {
             secs(t)
         ));
         local.checkpoint("servers_started");
-        Ok(l)
+        Ok(())
     }
 
     /// The system is ready (formatted, joined, agent up): the job may run.
