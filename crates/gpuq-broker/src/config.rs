@@ -164,14 +164,6 @@ const RESERVED_ENV: [&str; 4] = [
     "GPUQ_JOB_ID",
 ];
 
-fn is_image_id(s: &str) -> bool {
-    s.strip_prefix("sha256:").is_some_and(|h| {
-        h.len() == 64
-            && h.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    })
-}
-
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawBroker {
@@ -345,10 +337,10 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
     }
     let mut profiles = std::collections::BTreeMap::new();
     for (name, p) in d.profiles {
-        if !is_image_id(&p.image) {
+        if let Err(e) = gpuq_podman::ImageId::parse(&p.image) {
             return Err(invalid(
                 "daos.profiles.image",
-                format!("profile '{name}': '{}' is not a full image ID (sha256:<64 lowercase hex>); images are pinned by ID only", p.image),
+                format!("profile '{name}': {e}; images are pinned by full ID only (sha256:<64 lowercase hex>)"),
             ));
         }
         if p.replicas.is_empty() || p.replicas.len() % 2 == 0 {
@@ -366,10 +358,10 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
             }
         }
         let client_image = p.client_image.unwrap_or_else(|| p.image.clone());
-        if !is_image_id(&client_image) {
+        if let Err(e) = gpuq_podman::ImageId::parse(&client_image) {
             return Err(invalid(
                 "daos.profiles.client_image",
-                format!("profile '{name}': '{client_image}' is not a full image ID (sha256:<64 lowercase hex>)"),
+                format!("profile '{name}': {e}; images are pinned by full ID only (sha256:<64 lowercase hex>)"),
             ));
         }
         for m in &p.client_mounts {
