@@ -41,8 +41,8 @@ set -euo pipefail
 N=${N:-20}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=daos-exec.sh
-[ "$(id -u)" = 0 ] || { echo "$me: run as root (namespaces, sshd, rootful podman)" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "$me: needs python3" >&2; exit 1; }
+. "$repo/integration/bench/lib-daos.sh"
+daos_preflight
 command -v podman >/dev/null || { echo "$me: needs podman" >&2; exit 1; }
 cd "$repo"
 if [ -z "${GPUQ_BIN_DIR:-}" ]; then
@@ -51,99 +51,24 @@ if [ -z "${GPUQ_BIN_DIR:-}" ]; then
 else
     SRC=$GPUQ_BIN_DIR
 fi
-for b in gpuq gpuq-broker gpuq-node; do
-    [ -x "$SRC/$b" ] || { echo "$me: no $SRC/$b (cargo build --workspace --bins)" >&2; exit 1; }
-done
-img=$(integration/daos-sim-image/build.sh --out "$repo/target/bench-daos-sim-image" 2>/dev/null)
-archive=$(echo "$img" | sed -n 's/^archive: //p')
-image=$(echo "$img" | sed -n 's/^image: //p')
-[ -n "$image" ] || { echo "$me: integration/daos-sim-image/build.sh printed no image" >&2; exit 1; }
+daos_check_bins "$SRC"
+daos_build_image
 
-# Our own everything: B holds the binaries, the broker's config, state and
-# logs, the job's directory B/w, and the cluster dir B/c (at most 33
-# characters: /tmp/gpuq-dx.XXXXXX/c is 21).
-B=$(mktemp -d /tmp/gpuq-dx.XXXXXX)
-chmod 755 "$B"   # root-owned, not group/world-writable: the broker checks
-D=$B/c
-PREFIX=gpuqdx-$(printf %s "$D" | sha256sum | cut -c1-6)
-export GPUQ_CLUSTER_DIR=$D GPUQ_CLUSTER_PREFIX=$PREFIX
-cg2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
-CG=$cg2/gpuq-bench-dx-$$
-broker=
-cleanup() {
-    local rc=$? i
-    trap '' INT TERM
-    set +e
-    # SIGTERM: the broker ends its ssh masters. Only if the PID is still ours.
-    if [ -n "$broker" ] && grep -qF "$B/broker.toml" "/proc/$broker/cmdline" 2>/dev/null; then
-        kill -TERM "$broker"
-        for i in $(seq 200); do kill -0 "$broker" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$broker" 2>/dev/null && { echo "$me: broker $broker ignored SIGTERM; KILL" >&2; kill -KILL "$broker"; }
-        wait "$broker" 2>/dev/null
-    fi
-    "$repo/integration/cluster/down" >"$B/down.log" 2>&1 || { echo "$me: cluster down failed:" >&2; cat "$B/down.log" >&2; }
-    for d in "$CG"/gpuq-job-*; do [ -d "$d" ] && { echo 1 >"$d/cgroup.kill"; sleep 0.2; rmdir "$d"; }; done
-    [ -d "$CG" ] && rmdir "$CG"
-    rm -rf "$B"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# Our own everything (lib-daos.sh): B also holds the binaries and the job's
+# directory B/w.
+daos_make_dirs dx
+daos_cgroup "gpuq-bench-dx-$$"
+daos_traps
 
 mkdir -p "$B/bin" "$B/w"
 for b in gpuq gpuq-broker gpuq-node; do cp "$SRC/$b" "$B/bin/$b"; done
 BIN=$B/bin
 
 t_up=$EPOCHREALTIME
-echo "== cluster $D (namespaces $PREFIX-*), image $image" >&2
-GPUQ_BIN_DIR=$BIN GPUQ_CLUSTER_IMAGE=$archive GPUQ_CLUSTER_PROFILE_IMAGE=$image \
-    integration/cluster/up >"$B/up.log" 2>&1 || { cat "$B/up.log" >&2; exit 1; }
+daos_cluster_up
 PSOCK=$D/cxl2/run/podman.sock
-
-addr() { echo "10.200.0.1${1#da}"; }
-{
-    cat <<TOML
-[broker]
-socket = "$B/broker.sock"
-state_dir = "$B/state"
-log_root = "$B/logs"
-maintenance_file = "$B/etc/maintenance.json"
-runner = "direct"
-cgroup_parent = "$CG"
-default_time = "10m"
-max_time = "1h"
-gpu = "none"
-
-[daos]
-run_dir = "$B/daos"
-podman_socket = "$PSOCK"
-forward_dir = "$D/cxl2/run/links"
-identity_file = "$D/cxl2/ssh/id_ed25519"
-known_hosts_file = "$D/ssh/known_hosts"
-ssh_config_file = "$D/ssh/ssh_config"
-join_timeout_secs = 15
-link_timeout_secs = 10
-TOML
-    for n in da1 da2 da3 da4; do
-        printf '\n[[daos.nodes]]\nname = "%s"\nhost = "%s"\naddress = "%s"\nnode_socket = "%s"\npodman_socket = "%s"\n' \
-            "$n" "$n" "$(addr "$n")" "$D/$n/run/node.sock" "$D/$n/run/podman.sock"
-    done
-    printf '\n[daos.profiles.test]\nimage = "%s"\nreplicas = ["%s"]\n' "$image" "$(addr da1)"
-} >"$B/broker.toml"
-chmod 644 "$B/broker.toml"
-
-# The broker on cxl2: in its network namespace, its own session (a ^C to
-# this script must not reach it before cleanup stops it in order).
-setsid nsenter --net="/run/netns/$PREFIX-cxl2" "$BIN/gpuq-broker" --config "$B/broker.toml" \
-    </dev/null >>"$B/broker.log" 2>&1 &
-broker=$!
-export GPUQ_SOCKET=$B/broker.sock
-for _ in $(seq 200); do
-    [ -S "$GPUQ_SOCKET" ] && "$BIN/gpuq" list >/dev/null 2>&1 && break
-    kill -0 "$broker" 2>/dev/null || { echo "$me: the broker exited:" >&2; cat "$B/broker.log" >&2; exit 1; }
-    sleep 0.05
-done
+daos_write_broker_toml
+daos_start_broker
 echo "== cluster and broker up in $(awk -v a="$t_up" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s" >&2
 
 # The job's script: runs as root in B/w, inside the job (its cgroup, cxl2's
@@ -180,11 +105,7 @@ EOF
 cd "$B/w"
 id=$("$BIN/gpuq" submit --inst test --time 20m -- bash job.sh)
 echo "== job $id submitted; timing $N runs of each command inside it" >&2
-while :; do
-    st=$("$BIN/gpuq" status "$id" --json | sed -n 's/^  "state": "\([a-z_]*\)",$/\1/p')
-    case $st in queued | running) sleep 0.5 ;; *) break ;; esac
-done
-for _ in $(seq 600); do [ -e "$B/state/active.json" ] || break; sleep 0.05; done
+daos_wait_job "$id" 0.5
 [ "$st" = completed ] || { echo "$me: job $id ended $st:" >&2; "$BIN/gpuq" log "$id" >&2; exit 1; }
 [ -e "$B/state/active.json" ] && { echo "$me: job $id: lease not released after 30 s" >&2; exit 1; }
 left=$(curl -sS --unix-socket "$PSOCK" 'http://d/v4.0.0/libpod/containers/json?all=true')

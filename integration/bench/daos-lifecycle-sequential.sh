@@ -32,44 +32,22 @@ set -euo pipefail
 N=${N:-5}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=daos-lifecycle-sequential.sh
-[ "$(id -u)" = 0 ] || { echo "$me: run as root (namespaces, sshd, rootful podman)" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "$me: needs python3" >&2; exit 1; }
+. "$repo/integration/bench/lib-daos.sh"
+daos_preflight
 cd "$repo"
-img=$(integration/daos-sim-image/build.sh --out "$repo/target/bench-daos-sim-image" 2>/dev/null)
-archive=$(echo "$img" | sed -n 's/^archive: //p')
-image=$(echo "$img" | sed -n 's/^image: //p')
-[ -n "$image" ] || { echo "$me: integration/daos-sim-image/build.sh printed no image" >&2; exit 1; }
+daos_build_image
 
-B=$(mktemp -d /tmp/gpuq-bs.XXXXXX)
-chmod 755 "$B"
-D=$B/c
-PREFIX=gpuqbs-$(printf %s "$D" | sha256sum | cut -c1-6)
-export GPUQ_CLUSTER_DIR=$D GPUQ_CLUSTER_PREFIX=$PREFIX
-watcher=
-cleanup() {
-    local rc=$?
-    trap '' INT TERM
-    set +e
-    [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
-    # Containers (also half-started ones), sshd sessions, namespaces, the dir.
-    "$repo/integration/cluster/down" >"$B/down.log" 2>&1 || { echo "$me: cluster down failed:" >&2; cat "$B/down.log" >&2; }
-    rm -rf "$B"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+daos_make_dirs bs
+daos_traps
 
-echo "== cluster $D (namespaces $PREFIX-*), image $image" >&2
 # The same cluster as daos-lifecycle.sh's (the node helpers idle).
-GPUQ_BIN_DIR=${GPUQ_BIN_DIR:-$repo/target/debug} GPUQ_CLUSTER_IMAGE=$archive GPUQ_CLUSTER_PROFILE_IMAGE=$image \
-    integration/cluster/up >"$B/up.log" 2>&1 || { cat "$B/up.log" >&2; exit 1; }
+BIN=${GPUQ_BIN_DIR:-$repo/target/debug}
+daos_cluster_up
 
 NODES=(da1 da2 da3 da4)
-addr() { echo "10.200.0.1${1#da}"; }
 # ssh from cxl2 (integration/cluster/lib.sh cluster_ssh): a new connection
 # per command, as the original made them.
-on() { nsenter --net="/run/netns/$PREFIX-cxl2" ssh -F "$D/ssh/ssh_config" "$@"; }
+on() { daos_in_cxl2 ssh -F "$D/ssh/ssh_config" "$@"; }
 # The podman CLI on a node's own storage (lib.sh host_podman), as a command
 # line for the node's shell.
 podman_on() {
@@ -77,7 +55,7 @@ podman_on() {
 }
 cxl2_podman() {
     CONTAINERS_CONF=$D/cxl2/etc/containers.conf TMPDIR=$D/cxl2/podman/vartmp \
-        nsenter --net="/run/netns/$PREFIX-cxl2" podman --root "$D/cxl2/podman/root" \
+        daos_in_cxl2 podman --root "$D/cxl2/podman/root" \
         --runroot "$D/cxl2/podman/run" --tmpdir "$D/cxl2/podman/tmp" "$@"
 }
 hostlist="['10.200.0.11', '10.200.0.12', '10.200.0.13', '10.200.0.14']"
@@ -89,7 +67,7 @@ server_yml() { # NODE LEASE
 # Rendered by gpuq for DAOS V2_8; do not edit.
 name: daos_server
 port: 10001
-mgmt_svc_replicas: ['$(addr da1)']
+mgmt_svc_replicas: ['$(daos_addr da1)']
 provider: ofi+tcp
 transport_config:
   allow_insecure: true
@@ -114,25 +92,11 @@ YML
 # As gpuq-broker writes them for the admin and agent containers.
 control_yml() { printf 'name: daos_server\nport: 10001\nhostlist: %s\ntransport_config:\n  allow_insecure: true\n' "$hostlist"; }
 agent_yml() {
-    printf "name: daos_server\naccess_points: ['%s']\nport: 10001\ntransport_config:\n  allow_insecure: true\nruntime_dir: /var/run/daos_agent\n" "$(addr da1)"
+    printf "name: daos_server\naccess_points: ['%s']\nport: 10001\ntransport_config:\n  allow_insecure: true\nruntime_dir: /var/run/daos_agent\n" "$(daos_addr da1)"
 }
 
-# Keep the simulator's logs past `podman rm` (see daos-lifecycle.sh).
-mkdir -p "$B/ctrlogs/new"
-watch_logs() {
-    local f id
-    while :; do
-        for f in "$D"/{cxl2,da1,da2,da3,da4}/podman/root/overlay-containers/*/userdata/ctr.log; do
-            [ -e "$f" ] || continue
-            id=${f%/userdata/ctr.log}
-            id=${id##*/}
-            [ -e "$B/ctrlogs/new/$id.log" ] || ln "$f" "$B/ctrlogs/new/$id.log" 2>/dev/null || true
-        done
-        sleep 0.05
-    done
-}
-watch_logs &
-watcher=$!
+# Keep the simulator's logs past `podman rm` (lib-daos.sh).
+daos_watch_logs
 
 dmg() { # LEASE ARGS...: dmg in da1's server container, over ssh
     local l=$1
@@ -206,8 +170,7 @@ $(podman_on "$n") run -d --name $srv --network host \
         on "$n" "set -e; $p stop -t 30 $srv >/dev/null; $p rm $srv >/dev/null; rm -rf $D/$n/test/$L"
     done
     t[stop_wipe]=$EPOCHREALTIME
-    mv "$B/ctrlogs/new" "$B/ctrlogs/$L"
-    mkdir "$B/ctrlogs/new"
+    daos_ctrlogs_done "$L"
     printf '%s' "$L" >>"$B/runs.tsv"
     for k in start servers format join agent run stop_agent system_stop stop_wipe; do
         printf '\t%s' "${t[$k]}" >>"$B/runs.tsv"

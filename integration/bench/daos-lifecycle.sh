@@ -35,121 +35,29 @@ set -euo pipefail
 N=${N:-5}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=daos-lifecycle.sh
-[ "$(id -u)" = 0 ] || { echo "$me: run as root (namespaces, sshd, rootful podman)" >&2; exit 1; }
-command -v python3 >/dev/null || { echo "$me: needs python3" >&2; exit 1; }
+. "$repo/integration/bench/lib-daos.sh"
+daos_preflight
 BIN=${GPUQ_BIN_DIR:-$repo/target/debug}
-for b in gpuq gpuq-broker gpuq-node; do
-    [ -x "$BIN/$b" ] || { echo "$me: no $BIN/$b (cargo build --workspace --bins)" >&2; exit 1; }
-done
+daos_check_bins "$BIN"
 cd "$repo"
-img=$(integration/daos-sim-image/build.sh --out "$repo/target/bench-daos-sim-image" 2>/dev/null)
-archive=$(echo "$img" | sed -n 's/^archive: //p')
-image=$(echo "$img" | sed -n 's/^image: //p')
-[ -n "$image" ] || { echo "$me: integration/daos-sim-image/build.sh printed no image" >&2; exit 1; }
+daos_build_image
 
-# Our own everything: B holds the broker's config, state and logs, and the
-# cluster dir B/c (at most 33 characters: /tmp/gpuq-bl.XXXXXX/c is 21).
-B=$(mktemp -d /tmp/gpuq-bl.XXXXXX)
-chmod 755 "$B"   # root-owned, not group/world-writable: the broker checks
-D=$B/c
-PREFIX=gpuqbl-$(printf %s "$D" | sha256sum | cut -c1-6)
-export GPUQ_CLUSTER_DIR=$D GPUQ_CLUSTER_PREFIX=$PREFIX
-cg2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
-CG=$cg2/gpuq-bench-$$
-broker= watcher=
-cleanup() {
-    local rc=$? i
-    trap '' INT TERM
-    set +e
-    [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
-    # SIGTERM: the broker ends its ssh masters. Only if the PID is still ours.
-    if [ -n "$broker" ] && grep -qF "$B/broker.toml" "/proc/$broker/cmdline" 2>/dev/null; then
-        kill -TERM "$broker"
-        for i in $(seq 200); do kill -0 "$broker" 2>/dev/null || break; sleep 0.1; done
-        kill -0 "$broker" 2>/dev/null && { echo "$me: broker $broker ignored SIGTERM; KILL" >&2; kill -KILL "$broker"; }
-        wait "$broker" 2>/dev/null
-    fi
-    "$repo/integration/cluster/down" >"$B/down.log" 2>&1 || { echo "$me: cluster down failed:" >&2; cat "$B/down.log" >&2; }
-    for d in "$CG"/gpuq-job-*; do [ -d "$d" ] && { echo 1 >"$d/cgroup.kill"; sleep 0.2; rmdir "$d"; }; done
-    [ -d "$CG" ] && rmdir "$CG"
-    rm -rf "$B"
-    exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# Our own everything (lib-daos.sh): the broker's files, the simulator's
+# logs, the cluster dir B/c.
+daos_make_dirs bl
+daos_cgroup "gpuq-bench-$$"
+daos_traps
 
-echo "== cluster $D (namespaces $PREFIX-*), image $image" >&2
-GPUQ_BIN_DIR=$BIN GPUQ_CLUSTER_IMAGE=$archive GPUQ_CLUSTER_PROFILE_IMAGE=$image \
-    integration/cluster/up >"$B/up.log" 2>&1 || { cat "$B/up.log" >&2; exit 1; }
-
-addr() { echo "10.200.0.1${1#da}"; }
-{
-    cat <<TOML
-[broker]
-socket = "$B/broker.sock"
-state_dir = "$B/state"
-log_root = "$B/logs"
-maintenance_file = "$B/etc/maintenance.json"
-runner = "direct"
-cgroup_parent = "$CG"
-default_time = "10m"
-max_time = "1h"
-gpu = "none"
-
-[daos]
-run_dir = "$B/daos"
-podman_socket = "$D/cxl2/run/podman.sock"
-forward_dir = "$D/cxl2/run/links"
-identity_file = "$D/cxl2/ssh/id_ed25519"
-known_hosts_file = "$D/ssh/known_hosts"
-ssh_config_file = "$D/ssh/ssh_config"
-join_timeout_secs = 15
-link_timeout_secs = 10
-TOML
-    for n in da1 da2 da3 da4; do
-        printf '\n[[daos.nodes]]\nname = "%s"\nhost = "%s"\naddress = "%s"\nnode_socket = "%s"\npodman_socket = "%s"\n' \
-            "$n" "$n" "$(addr "$n")" "$D/$n/run/node.sock" "$D/$n/run/podman.sock"
-    done
-    printf '\n[daos.profiles.test]\nimage = "%s"\nreplicas = ["%s"]\n' "$image" "$(addr da1)"
-} >"$B/broker.toml"
-chmod 644 "$B/broker.toml"
-
-# The broker on cxl2: in its network namespace, its own session (a ^C to
-# this script must not reach it before cleanup stops it in order).
-setsid nsenter --net="/run/netns/$PREFIX-cxl2" "$BIN/gpuq-broker" --config "$B/broker.toml" \
-    </dev/null >>"$B/broker.log" 2>&1 &
-broker=$!
-export GPUQ_SOCKET=$B/broker.sock
-for _ in $(seq 200); do
-    [ -S "$GPUQ_SOCKET" ] && "$BIN/gpuq" list >/dev/null 2>&1 && break
-    kill -0 "$broker" 2>/dev/null || { echo "$me: the broker exited:" >&2; cat "$B/broker.log" >&2; exit 1; }
-    sleep 0.05
-done
+daos_cluster_up
+daos_write_broker_toml
+daos_start_broker
 # Its four SSH links come up in the background; the first job would wait.
 for _ in $(seq 300); do
     [ "$(grep -c 'node link up' "$B/broker.log")" -ge 4 ] && break
     sleep 0.05
 done
 
-# Podman (k8s-file log driver) deletes a container's log with the container:
-# hard-link each new one (same file system) so the simulator's own log lines,
-# with their timestamps, outlive cleanup.
-mkdir -p "$B/ctrlogs/new"
-watch_logs() {
-    local f id
-    while :; do
-        for f in "$D"/{cxl2,da1,da2,da3,da4}/podman/root/overlay-containers/*/userdata/ctr.log; do
-            [ -e "$f" ] || continue
-            id=${f%/userdata/ctr.log}
-            id=${id##*/}
-            [ -e "$B/ctrlogs/new/$id.log" ] || ln "$f" "$B/ctrlogs/new/$id.log" 2>/dev/null || true
-        done
-        sleep 0.05
-    done
-}
-watch_logs &
-watcher=$!
+daos_watch_logs
 
 mkdir -p "$B/w"
 cd "$B/w"
@@ -158,15 +66,10 @@ for i in $(seq "$N"); do
     t0=$EPOCHREALTIME
     id=$("$BIN/gpuq" submit --inst test -- true 2>/dev/null)
     # Until the job has ended and the lease is released (active.json gone).
-    while :; do
-        st=$("$BIN/gpuq" status "$id" --json | sed -n 's/^  "state": "\([a-z_]*\)",$/\1/p')
-        case $st in queued | running) sleep 0.2 ;; *) break ;; esac
-    done
-    for _ in $(seq 600); do [ -e "$B/state/active.json" ] || break; sleep 0.05; done
+    daos_wait_job "$id" 0.2
     [ -e "$B/state/active.json" ] && { echo "$me: job $id: lease not released after 30 s" >&2; exit 1; }
     [ "$st" = completed ] || { echo "$me: job $id ended $st:" >&2; "$BIN/gpuq" log "$id" >&2; exit 1; }
-    mv "$B/ctrlogs/new" "$B/ctrlogs/$id"
-    mkdir "$B/ctrlogs/new"
+    daos_ctrlogs_done "$id"
     printf '%s\t%s\n' "$id" "$t0" >>"$B/runs.tsv"
     echo "job $id done" >&2
 done
