@@ -139,6 +139,8 @@ impl SystemdBox {
     /// Boot the box, install the binaries, write the broker's config
     /// (`runner = "systemd"`, `gpu = "none"`) and start `gpuq-broker.service`.
     pub fn boot() -> Self {
+        v1_systemd_dirs_before();
+        LIVE_BOXES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let rootfs = rootfs();
         let dir = tempfile::Builder::new()
             .prefix("gpuq-systemd-box-")
@@ -575,6 +577,11 @@ impl Drop for SystemdBox {
         // would recreate directories in it), then end any left by PID.
         self.end_storage_users();
         self.unmount_leftovers();
+        // The boxes of this test process share that hierarchy's root: the
+        // last one to go removes what they made there.
+        if LIVE_BOXES.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            remove_new_v1_systemd_dirs();
+        }
         let root = self.dir.path().to_path_buf();
         for _ in 0..50 {
             match std::fs::remove_dir_all(&root) {
@@ -587,5 +594,50 @@ impl Drop for SystemdBox {
         if root.exists() {
             eprintln!("systemd box: could not remove {}", root.display());
         }
+    }
+}
+
+/// The host's named v1 `systemd` hierarchy, on a v1/hybrid host. The box's
+/// systemd sees its root there (Podman's cgroupfs manager gives it no cgroup
+/// of its own in that hierarchy) and makes `system.slice/*.service`
+/// directories in it.
+const V1_SYSTEMD: &str = "/sys/fs/cgroup/systemd";
+
+/// Boxes of this test process not yet dropped.
+static LIVE_BOXES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn dirs_under(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    todo.push(e.path());
+                    out.push(e.path());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// What existed in that hierarchy before this test process booted a box.
+fn v1_systemd_dirs_before() -> &'static Vec<PathBuf> {
+    static BEFORE: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    BEFORE.get_or_init(|| dirs_under(Path::new(V1_SYSTEMD)))
+}
+
+/// Remove the directories the boxes' systemd made there, deepest first
+/// (only when no box of this process runs any more).
+fn remove_new_v1_systemd_dirs() {
+    let before = v1_systemd_dirs_before();
+    let mut new: Vec<PathBuf> = dirs_under(Path::new(V1_SYSTEMD))
+        .into_iter()
+        .filter(|d| !before.contains(d))
+        .collect();
+    new.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for d in new {
+        let _ = std::fs::remove_dir(&d);
     }
 }

@@ -56,6 +56,11 @@ pub trait LocalSteps: Send + Sync {
     fn checkpoint(&self, _point: &str) {}
 }
 
+/// How often, and how far apart, a node step is retried for a node whose
+/// forwarded socket refused the connection.
+const CONNECT_RETRIES: usize = 4;
+const CONNECT_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(1500);
+
 fn secs(t: std::time::Instant) -> String {
     format!("{:.2}s", t.elapsed().as_secs_f64())
 }
@@ -292,7 +297,12 @@ impl Lifecycle {
                         "stop"
                     };
                     let path = format!("/v1/leases/{}/{verb}", l.lease);
-                    let res = on_all(&self.nodes, |n| {
+                    // Every node at once; a node whose forwarded socket
+                    // refused the connection (its link is being re-made:
+                    // a master that died is noticed within the health
+                    // interval) is asked again, alone, a few times. The
+                    // steps are idempotent; any other error holds at once.
+                    let mut res = on_all(&self.nodes, |n| {
                         let path = path.clone();
                         async move {
                             n.client
@@ -301,6 +311,36 @@ impl Lifecycle {
                         }
                     })
                     .await;
+                    for _ in 0..CONNECT_RETRIES {
+                        let retry: Vec<Node> = self
+                            .nodes
+                            .iter()
+                            .filter(|n| {
+                                res.iter().any(|(name, r)| {
+                                    name == &n.name && matches!(r, Err(ClientError::Connect { .. }))
+                                })
+                            })
+                            .cloned()
+                            .collect();
+                        if retry.is_empty() {
+                            break;
+                        }
+                        tokio::time::sleep(CONNECT_RETRY_DELAY).await;
+                        let again = on_all(&retry, |n| {
+                            let path = path.clone();
+                            async move {
+                                n.client
+                                    .call::<StepReport>(Method::POST, &path, None::<&()>)
+                                    .await
+                            }
+                        })
+                        .await;
+                        for (name, r) in again {
+                            if let Some(slot) = res.iter_mut().find(|(n, _)| *n == name) {
+                                slot.1 = r;
+                            }
+                        }
+                    }
                     let failures: Vec<String> = res
                         .iter()
                         .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
