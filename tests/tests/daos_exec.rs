@@ -36,14 +36,11 @@ echo piped-in | {g} daos-exec -- cat > piped
 /usr/bin/time -f %M -o rss {g} daos-exec -- head -c 1073741824 /dev/zero | wc -c > gib
 "#
     );
-    let out = s.b.gpuq_in(
+    let id = s.b.submit(
         Some(&a),
         &w,
-        &[],
-        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+        &["--inst", "test", "--", "bash", "-c", &script],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    let id: u64 = stdout(&out).trim().parse().unwrap();
     s.expect_end(id, "completed", 300);
     let read = |f: &str| std::fs::read_to_string(w.join(f)).unwrap_or_default();
     let seed = read("seed.out");
@@ -114,12 +111,11 @@ fn daos_exec_refuses_callers_outside_their_own_running_daos_job() {
         stderr(&out)
     );
     // A plain (not --inst) job.
-    let plain = s.b.gpuq_in(
+    // (Plain jobs do not get GPUQ_SOCKET from the broker; the script names it.)
+    let plain = s.b.submit(
         Some(&a),
         &wa,
-        &[("GPUQ_SOCKET", &s.b.socket.display().to_string())],
         &[
-            "submit",
             "--",
             "bash",
             "-c",
@@ -129,27 +125,17 @@ fn daos_exec_refuses_callers_outside_their_own_running_daos_job() {
             ),
         ],
     );
-    let plain: u64 = stdout(&plain).trim().parse().unwrap();
     s.expect_end(plain, "completed", 60);
     let err = std::fs::read_to_string(wa.join("plain.err")).unwrap();
     assert!(err.contains("not a DAOS job"), "{err}");
     // Alice's DAOS job runs; bob (his own shell, and his own plain job)
     // cannot use it; a policy mount that escapes by symlink is refused.
-    let id = s.b.gpuq_in(
+    let id = s.b.submit(
         Some(&a),
         &wa,
-        &[],
-        &[
-            "submit",
-            "--inst",
-            "test",
-            "--",
-            "bash",
-            "-c",
-            "touch up; sleep 60",
-        ],
+        &["--inst", "test", "--", "bash", "-c", "touch up; sleep 60"],
     );
-    let id: u64 = stdout(&id).trim().parse().unwrap();
+
     assert!(eventually(120, || wa.join("up").exists()), "{}", s.log(id));
     let out =
         s.b.gpuq_in(Some(&b), &wb, &[], &["daos-exec", "--", "true"]);
@@ -209,13 +195,11 @@ fn operator_mounts_are_checked_and_one_escaping_by_symlink_is_refused() {
          {g} daos-exec -- true 2> refused; echo $? > rc2",
         shared.display()
     );
-    let id = s.b.gpuq_in(
+    let id = s.b.submit(
         Some(&a),
         &w,
-        &[],
-        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+        &["--inst", "test", "--", "bash", "-c", &script],
     );
-    let id: u64 = stdout(&id).trim().parse().unwrap();
     assert!(eventually(120, || w.join("rc1").exists()), "{}", s.log(id));
     assert_eq!(std::fs::read_to_string(w.join("seen")).unwrap(), "data\n");
     // Now the operator path becomes a symlink to /etc: refused, nothing made.
@@ -248,13 +232,11 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
          touch second; {g} daos-exec -- sleep 300 2> second.err & \
          while [ ! -e go2 ]; do sleep 0.1; done; exit 0"
     );
-    let id = s.b.gpuq_in(
+    let id = s.b.submit(
         Some(&a),
         &w,
-        &[],
-        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+        &["--inst", "test", "--", "bash", "-c", &script],
     );
-    let id: u64 = stdout(&id).trim().parse().unwrap();
     let clients = || {
         s.containers("cxl2")
             .into_iter()
@@ -308,13 +290,11 @@ fn a_caller_with_a_terminal_gets_a_tty_of_its_size() {
     let script = format!(
         "script -qec \"{inner}\" /dev/null > tty.out; {g} daos-exec -- sh -c 'test -t 1 || echo NO-TTY' > notty.out"
     );
-    let id = s.b.gpuq_in(
+    let id = s.b.submit(
         Some(&a),
         &w,
-        &[],
-        &["submit", "--inst", "test", "--", "bash", "-c", &script],
+        &["--inst", "test", "--", "bash", "-c", &script],
     );
-    let id: u64 = stdout(&id).trim().parse().unwrap();
     s.expect_end(id, "completed", 120);
     let out = std::fs::read_to_string(w.join("tty.out")).unwrap();
     assert!(out.contains("TTY"), "{out:?}");

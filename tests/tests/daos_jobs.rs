@@ -319,27 +319,15 @@ fn the_second_users_job_sees_nothing_of_the_firsts_system() {
             dmg = dmg_on_host()
         )
     };
-    let ja = s.b.gpuq_in(
+    let ia = s.b.submit(
         Some(&a),
         &wa,
-        &[],
-        &[
-            "submit",
-            "--inst",
-            "test",
-            "--",
-            "bash",
-            "-c",
-            &job("alice"),
-        ],
+        &["--inst", "test", "--", "bash", "-c", &job("alice")],
     );
-    assert!(ja.status.success(), "{}", stderr(&ja));
-    let jb = s.b.gpuq_in(
+    let ib = s.b.submit(
         Some(&b),
         &wb,
-        &[],
         &[
-            "submit",
             "--inst",
             "test",
             "--",
@@ -347,11 +335,6 @@ fn the_second_users_job_sees_nothing_of_the_firsts_system() {
             "-c",
             &format!("ls {} > peek 2>&1 || true; {}", wa.display(), job("bob")),
         ],
-    );
-    assert!(jb.status.success(), "{}", stderr(&jb));
-    let (ia, ib): (u64, u64) = (
-        stdout(&ja).trim().parse().unwrap(),
-        stdout(&jb).trim().parse().unwrap(),
     );
     s.expect_end(ia, "completed", 120);
     s.expect_end(ib, "completed", 120);

@@ -49,6 +49,31 @@ impl Client {
         }
     }
 
+    /// One HTTP/1.1 connection to the broker (`upgrades`: it may be handed
+    /// over after a `101`).
+    async fn connect(
+        &self,
+        upgrades: bool,
+    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, ClientError> {
+        let stream = tokio::net::UnixStream::connect(&self.socket)
+            .await
+            .map_err(|source| ClientError::Connect {
+                socket: self.socket.clone(),
+                source,
+            })?;
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.protocol(e))?;
+        tokio::spawn(async move {
+            let _ = if upgrades {
+                conn.with_upgrades().await
+            } else {
+                conn.await
+            };
+        });
+        Ok(sender)
+    }
+
     /// Send one request; returns the response with its body still streaming.
     pub async fn raw(
         &self,
@@ -56,18 +81,7 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Response<Incoming>, ClientError> {
-        let stream = tokio::net::UnixStream::connect(&self.socket)
-            .await
-            .map_err(|source| ClientError::Connect {
-                socket: self.socket.clone(),
-                source,
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| self.protocol(e))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut sender = self.connect(false).await?;
         let mut req = Request::builder()
             .method(method)
             .uri(format!("http://gpuq{path}"))
@@ -102,11 +116,7 @@ impl Client {
             .map_err(|e| self.protocol(e))?
             .to_bytes();
         if !status.is_success() {
-            let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| ErrorBody {
-                code: gpuq_protocol::ErrorCode::Internal,
-                error: format!("broker answered {status}"),
-            });
-            return Err(ClientError::Api { status, body });
+            return Err(api_error(status, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("bad answer: {e}")))
     }
@@ -126,11 +136,7 @@ impl Client {
                 .await
                 .map_err(|e| self.protocol(e))?
                 .to_bytes();
-            let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| ErrorBody {
-                code: gpuq_protocol::ErrorCode::Internal,
-                error: format!("broker answered {status}"),
-            });
-            return Err(ClientError::Api { status, body });
+            return Err(api_error(status, &bytes));
         }
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| self.protocol(e))?;
@@ -151,18 +157,7 @@ impl Client {
         protocol: &str,
         body: Vec<u8>,
     ) -> Result<TokioIo<hyper::upgrade::Upgraded>, ClientError> {
-        let stream = tokio::net::UnixStream::connect(&self.socket)
-            .await
-            .map_err(|source| ClientError::Connect {
-                socket: self.socket.clone(),
-                source,
-            })?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| self.protocol(e))?;
-        tokio::spawn(async move {
-            let _ = conn.with_upgrades().await;
-        });
+        let mut sender = self.connect(true).await?;
         let req = Request::builder()
             .method(Method::POST)
             .uri(format!("http://gpuq{path}"))
@@ -189,10 +184,16 @@ impl Client {
             .await
             .map_err(|e| self.protocol(e))?
             .to_bytes();
-        let body = serde_json::from_slice::<ErrorBody>(&bytes).unwrap_or_else(|_| ErrorBody {
-            code: gpuq_protocol::ErrorCode::Internal,
-            error: format!("broker answered {status}"),
-        });
-        Err(ClientError::Api { status, body })
+        Err(api_error(status, &bytes))
     }
+}
+
+/// A refusal: the broker's one-line message, or its status if the body is
+/// not one of ours.
+fn api_error(status: StatusCode, bytes: &[u8]) -> ClientError {
+    let body = serde_json::from_slice::<ErrorBody>(bytes).unwrap_or_else(|_| ErrorBody {
+        code: gpuq_protocol::ErrorCode::Internal,
+        error: format!("broker answered {status}"),
+    });
+    ClientError::Api { status, body }
 }
