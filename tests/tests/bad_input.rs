@@ -263,3 +263,40 @@ fn a_symlink_planted_as_the_log_never_makes_root_write_through_it() {
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(!w.join("ran").exists());
 }
+
+#[test]
+fn daos_verbs_on_a_broker_without_daos_refuse_in_one_line_and_store_nothing() {
+    require_env!();
+    let b = TestBroker::start();
+    for args in [
+        vec!["daos-status"],
+        vec!["verify-pins"],
+        vec!["recover"],
+        vec!["daos-exec", "--", "true"],
+    ] {
+        let out = b.gpuq(ROOT, &args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("not enabled") && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
+    // daos-exec's own input is checked first, with a clear line each.
+    let out = b.gpuq(ROOT, &["daos-exec", "--env", "DAOS_SYSTEM=x", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("gpuq sets the DAOS system's variables itself"),
+        "{}",
+        stderr(&out)
+    );
+    let out = b.gpuq(ROOT, &["daos-exec", "--env", "NOVALUE", "--", "true"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("expected NAME=VALUE"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(b.job_count(), 0);
+    assert!(!b.path("state/active.json").exists() && !b.path("state/blocked.json").exists());
+}

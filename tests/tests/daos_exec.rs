@@ -133,10 +133,23 @@ fn daos_exec_refuses_callers_outside_their_own_running_daos_job() {
     let id = s.b.submit(
         Some(&a),
         &wa,
-        &["--inst", "test", "--", "bash", "-c", "touch up; sleep 60"],
+        &[
+            "--inst",
+            "test",
+            "--",
+            "bash",
+            "-c",
+            &format!("{g} daos-exec --workdir /etc -- true 2> wd.err; touch up; sleep 60"),
+        ],
     );
 
     assert!(eventually(120, || wa.join("up").exists()), "{}", s.log(id));
+    // From inside the job, a working directory outside the mounts.
+    let wd = std::fs::read_to_string(wa.join("wd.err")).unwrap();
+    assert!(
+        wd.contains("--workdir /etc: not under a mounted directory"),
+        "{wd}"
+    );
     let out =
         s.b.gpuq_in(Some(&b), &wb, &[], &["daos-exec", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
