@@ -776,9 +776,14 @@ impl Broker {
                 )
             }
         };
-        if let Err(e) = joblog::create(&job.log_path, job.uid, job.gid) {
-            return self.record_end(&job, &fail_early(format!("cannot create log: {e}")));
-        }
+        // Opened once: the preparation's lines go in by path, the job's
+        // output through this handle.
+        let log = match joblog::create(&job.log_path, job.uid, job.gid) {
+            Ok(f) => f,
+            Err(e) => {
+                return self.record_end(&job, &fail_early(format!("cannot create log: {e}")))
+            }
+        };
         let started = job.started_at.unwrap_or_else(now);
         let left = (started + job.time_limit_secs as i64 - now()).max(0) as u64;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(left);
@@ -836,14 +841,11 @@ impl Broker {
                     log_path: job.log_path.clone(),
                     time_limit_secs: job.time_limit_secs,
                 };
-                let start = match joblog::create(&job.log_path, job.uid, job.gid) {
-                    Ok(log) => self
-                        .runner
-                        .start(&spec, log)
-                        .await
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
+                let start = self
+                    .runner
+                    .start(&spec, log)
+                    .await
+                    .map_err(|e| e.to_string());
                 match start {
                     Err(e) => Why::Failed(format!("could not start: {e}")),
                     Ok(()) => {
