@@ -318,6 +318,18 @@ impl Podman for LibpodClient {
         Ok(())
     }
 
+    async fn container_kill(&self, container: &str, signal: &str) -> Result<()> {
+        let t = ctr("container kill", container);
+        let path = format!(
+            "{API_PREFIX}/containers/{}/kill?signal={}",
+            encode(container),
+            encode(signal)
+        );
+        self.call(Method::POST, &path, ReqBody::empty(), None, t)
+            .await?;
+        Ok(())
+    }
+
     async fn container_wait(&self, container: &str) -> Result<i32> {
         let t = ctr("container wait", container);
         let path = format!(
@@ -667,6 +679,7 @@ async fn raw_request(
     content_type: Option<&'static str>,
     t: Target<'_>,
 ) -> Result<Reply> {
+    let started = std::time::Instant::now();
     let (resp, _conn) = open(socket, method, path_and_query, body, content_type, t).await?;
     let status = resp.status();
     let headers = resp.headers().clone();
@@ -676,6 +689,14 @@ async fn raw_request(
         .await
         .map_err(|source| http_error(socket, t, source))?
         .to_bytes();
+    // One line per call: where a lifecycle step's time goes (GPUQ_LOG=gpuq_podman=debug).
+    tracing::debug!(
+        op = t.op,
+        target = t.name,
+        status = status.as_u16(),
+        ms = started.elapsed().as_secs_f64() * 1000.0,
+        "podman call"
+    );
     Ok(Reply {
         status,
         headers,

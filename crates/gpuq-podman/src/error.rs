@@ -154,6 +154,17 @@ pub enum Error {
         message: String,
     },
 
+    /// A container's main process outlived SIGKILL (see [`crate::stop_local`]).
+    #[error("container {container}: its process {pid} still runs {waited:?} after SIGKILL")]
+    StillRunning {
+        /// The container.
+        container: String,
+        /// Its main process on this host.
+        pid: i64,
+        /// How long we waited after the SIGKILL.
+        waited: std::time::Duration,
+    },
+
     /// A success reply that we could not understand.
     #[error("unexpected reply from podman at {socket} to {op} {target}: {reason}")]
     BadResponse {

@@ -34,6 +34,7 @@ mod error;
 mod exec;
 mod image_id;
 mod logs;
+mod stop;
 mod types;
 mod version;
 
@@ -46,6 +47,7 @@ pub use error::{Error, ObjectKind, Result};
 pub use exec::{AttachIo, ExecAttach, ExecOutputReader, ExecStdin};
 pub use image_id::ImageId;
 pub use logs::{demux, LogChunk, LogOptions, LogStream, Logs};
+pub use stop::{remove_stopped, stop_local, Stopped};
 pub use types::{
     lease_labels, ContainerInfo, ContainerSpec, ContainerState, ContainerSummary, ExecOutput,
     ExecSpec, ImageInfo, ImageSummary, LabelFilter, LoadedImages, Mount, MountKind, Namespace,
@@ -95,6 +97,14 @@ pub trait Podman: Send + Sync {
         &self,
         container: &str,
         grace: Duration,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Sends `signal` (a name such as `TERM` or `KILL`) to the container's
+    /// main process. Returns at once; a stopped container is a conflict.
+    fn container_kill(
+        &self,
+        container: &str,
+        signal: &str,
     ) -> impl Future<Output = Result<()>> + Send;
 
     /// Waits until the container has exited and returns its real exit code

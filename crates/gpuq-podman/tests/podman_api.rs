@@ -136,6 +136,127 @@ async fn stop_kills_a_container_that_ignores_sigterm_after_the_grace_period() {
     client.container_stop(&id, grace).await.expect("stop again");
 }
 
+/// Start `s` and wait until it printed `ready` (its trap is in place).
+async fn start_ready(client: &LibpodClient, s: &ContainerSpec) -> String {
+    let id = client.container_create(s).await.expect("create");
+    client.container_start(&id).await.expect("start");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !client
+        .container_logs(&id, &LogOptions::default())
+        .await
+        .expect("logs")
+        .stdout_lossy()
+        .contains("ready")
+    {
+        assert!(Instant::now() < deadline, "container never printed ready");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    id
+}
+
+#[tokio::test]
+async fn stop_local_sees_the_process_exit_on_sigterm_and_kills_one_that_ignores_it() {
+    let Some((_svc, client, image)) =
+        ready("stop_local_sees_the_process_exit_on_sigterm_and_kills_one_that_ignores_it").await
+    else {
+        return;
+    };
+    // Exits on SIGTERM, with its own exit code: proof the TERM reached it.
+    let polite = start_ready(
+        &client,
+        &spec(
+            "polite",
+            &image,
+            "trap 'exit 7' TERM; echo ready; while :; do sleep 1 & wait; done",
+        ),
+    )
+    .await;
+    let pid = client
+        .container_inspect(&polite)
+        .await
+        .expect("inspect")
+        .state
+        .pid;
+    let how = gpuq_podman::stop_local(&client, &polite, Duration::from_secs(10))
+        .await
+        .expect("stop_local");
+    assert_eq!(
+        how,
+        gpuq_podman::Stopped::Exited,
+        "the process is ours, on this host"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "stop_local returned while process {pid} still ran"
+    );
+    assert_eq!(client.container_wait(&polite).await.expect("wait"), 7);
+    client
+        .container_delete(&polite, true)
+        .await
+        .expect("delete");
+
+    // Ignores SIGTERM: killed after the grace period, not before.
+    let stubborn = start_ready(
+        &client,
+        &spec("stubborn2", &image, "trap '' TERM; echo ready; sleep 1000"),
+    )
+    .await;
+    let grace = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let how = gpuq_podman::stop_local(&client, &stubborn, grace)
+        .await
+        .expect("stop_local");
+    assert_eq!(how, gpuq_podman::Stopped::Killed);
+    assert!(
+        t0.elapsed() >= grace,
+        "killed after {:?}, before the grace",
+        t0.elapsed()
+    );
+    assert_eq!(client.container_wait(&stubborn).await.expect("wait"), 137);
+    // Not running any more: nothing to do, nothing sent.
+    assert_eq!(
+        gpuq_podman::stop_local(&client, &stubborn, grace)
+            .await
+            .expect("again"),
+        gpuq_podman::Stopped::NotRunning
+    );
+    client
+        .container_delete(&stubborn, true)
+        .await
+        .expect("delete");
+
+    // No grace: SIGKILL at once, and the removal that follows finds it gone.
+    let idle = start_ready(
+        &client,
+        &spec("idle", &image, "echo ready; exec sleep 1000"),
+    )
+    .await;
+    let t0 = Instant::now();
+    let how = gpuq_podman::stop_local(&client, &idle, Duration::ZERO)
+        .await
+        .expect("stop_local");
+    assert_eq!(how, gpuq_podman::Stopped::Killed);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t0.elapsed()
+    );
+    gpuq_podman::remove_stopped(&client, &idle)
+        .await
+        .expect("remove");
+    assert!(client
+        .container_inspect(&idle)
+        .await
+        .unwrap_err()
+        .is_not_found());
+    // Removing what is gone is success.
+    gpuq_podman::remove_stopped(&client, &idle)
+        .await
+        .expect("remove again");
+}
+
 #[tokio::test]
 async fn list_by_label_finds_ours_and_not_a_container_with_another_label() {
     let Some((_svc, client, image)) =
