@@ -859,7 +859,8 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
             server.spawn_join();
         }
         None => {
-            log("instance 0: SCM format required; awaiting storage format (dmg storage format)")
+            // DAOS's own words (server/instance_storage.go), which gpuq-node waits for.
+            log("SCM format required on instance 0; awaiting storage format (dmg storage format)")
         }
     }
 

@@ -70,6 +70,9 @@ struct RawProfile {
     /// Seconds between SIGTERM and SIGKILL when stopping the server.
     #[serde(default = "default_grace")]
     stop_grace_secs: u64,
+    /// Seconds the started server may take to say "format required".
+    #[serde(default = "default_format_wait")]
+    format_wait_secs: u64,
     /// Test mode only: a host directory mounted read-only into the server
     /// container, where the DAOS simulator reads its fault switches
     /// (`daos-sim-faults`, docs/daos-sim.md). Refused in physical mode.
@@ -92,6 +95,9 @@ fn one() -> u32 {
 fn default_grace() -> u64 {
     30
 }
+fn default_format_wait() -> u64 {
+    120
+}
 
 /// One validated profile.
 #[derive(Debug, Clone)]
@@ -109,6 +115,7 @@ pub struct Profile {
     pub bdev_size_gib: u32,
     pub command: Vec<String>,
     pub stop_grace_secs: u64,
+    pub format_wait_secs: u64,
     /// Test mode only: where the simulator's fault switches live.
     pub sim_faults_dir: Option<PathBuf>,
 }
@@ -179,6 +186,12 @@ impl ServiceConfig {
             if command.is_empty() {
                 return Err(invalid(key("command"), "must not be empty".into()));
             }
+            if !(1..=3600).contains(&p.format_wait_secs) {
+                return Err(invalid(
+                    key("format_wait_secs"),
+                    "expected seconds, 1 to 3600".into(),
+                ));
+            }
             if let Some(d) = &p.sim_faults_dir {
                 if p.mode != Mode::Test {
                     return Err(invalid(
@@ -209,6 +222,7 @@ impl ServiceConfig {
                     bdev_size_gib: p.bdev_size_gib,
                     command,
                     stop_grace_secs: p.stop_grace_secs,
+                    format_wait_secs: p.format_wait_secs,
                     sim_faults_dir: p.sim_faults_dir,
                 },
             );

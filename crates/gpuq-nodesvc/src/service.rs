@@ -455,11 +455,23 @@ impl<P: Podman> NodeService<P> {
         rec.phase = "running".into();
         rec.container = Some(id.clone());
         self.write_record(&rec)?;
+        // Started is not ready: DAOS says when each engine awaits its format.
+        let engines = 1;
+        if let Err(e) = self
+            .await_format_required(&id, engines, Duration::from_secs(profile.format_wait_secs))
+            .await
+        {
+            let _ = audit::append(&lease_dir, "start", "failed", &e.to_string());
+            return Err(e);
+        }
         audit::append(
             &lease_dir,
             "start",
             "ok",
-            &format!("container {id} from image {}", profile.image),
+            &format!(
+                "container {id} from image {}, awaiting format",
+                profile.image
+            ),
         )
         .map_err(io("audit"))?;
         Ok(StartReport {
@@ -468,7 +480,57 @@ impl<P: Podman> NodeService<P> {
             container: id,
             metadata_dir: data_dir.display().to_string(),
             config_path: config_path.display().to_string(),
+            awaiting_format: true,
         })
+    }
+
+    /// Read the server container's output until each of its `engines`
+    /// says "format required on instance N" — DAOS's own line
+    /// (`SCM format required on instance 0`, or `Metadata ...`), the one its
+    /// operators and test harness wait for. The container ending first, or
+    /// `within` passing, fails the start with the last lines it printed.
+    /// (Polled: Podman's followed k8s-file logs arrive in 250 ms steps.)
+    async fn await_format_required(
+        &self,
+        container: &str,
+        engines: usize,
+        within: Duration,
+    ) -> Result<(), NodeError> {
+        let deadline = tokio::time::Instant::now() + within;
+        let opts = gpuq_podman::LogOptions::default();
+        loop {
+            let logs = self.podman.container_logs(container, &opts).await?;
+            let text = String::from_utf8_lossy(&logs.stream(gpuq_podman::LogStream::Stdout))
+                .into_owned()
+                + &String::from_utf8_lossy(&logs.stream(gpuq_podman::LogStream::Stderr));
+            if (0..engines).all(|i| text.lines().any(|l| says_format_required(l, i))) {
+                return Ok(());
+            }
+            let tail = || {
+                let lines: Vec<&str> = text.lines().collect();
+                lines[lines.len().saturating_sub(5)..].join(" | ")
+            };
+            if !self
+                .podman
+                .container_inspect(container)
+                .await?
+                .state
+                .running
+            {
+                return Err(NodeError::Failed(format!(
+                    "the server exited before it awaited format; its last lines: {}",
+                    tail()
+                )));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(NodeError::Failed(format!(
+                    "the server did not say `format required` within {}s; its last lines: {}",
+                    within.as_secs(),
+                    tail()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Stop and remove our containers of `lease`; confirm none is left.
@@ -498,11 +560,10 @@ impl<P: Podman> NodeService<P> {
         let lease_dir = self.lease_dir(lease);
         let mut stopped = Vec::new();
         for c in &containers {
-            self.podman
-                .container_stop(&c.id, Duration::from_secs(grace))
-                .await?;
-            self.podman.container_delete(&c.id, true).await?;
-            stopped.push(c.name.clone());
+            let how =
+                gpuq_podman::stop_local(&self.podman, &c.id, Duration::from_secs(grace)).await?;
+            gpuq_podman::remove_stopped(&self.podman, &c.id).await?;
+            stopped.push(format!("{} ({how})", c.name));
         }
         // Confirm: no container of the lease, no DAOS process of those containers.
         let left = self.our_containers(Some(lease)).await?;
@@ -721,9 +782,43 @@ fn remove_dir_within(dir: &Path, parent: &Path) -> Result<(), NodeError> {
     }
 }
 
+/// `line` is DAOS's "<SCM|Metadata> format required on instance <engine>"
+/// (whatever precedes it: a log prefix; whatever follows: not a digit).
+fn says_format_required(line: &str, engine: usize) -> bool {
+    let needle = format!("format required on instance {engine}");
+    line.match_indices(&needle).any(|(at, _)| {
+        !line[at + needle.len()..]
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_digit())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn daos_format_required_lines_are_recognised_per_engine() {
+        assert!(says_format_required("SCM format required on instance 0", 0));
+        assert!(says_format_required(
+            "daos_server INFO 2026/12/02 10:00:00 Metadata format required on instance 1",
+            1
+        ));
+        assert!(says_format_required(
+            "daos-sim: SCM format required on instance 0; awaiting storage format",
+            0
+        ));
+        assert!(!says_format_required(
+            "SCM format required on instance 10",
+            1
+        ));
+        assert!(!says_format_required(
+            "SCM format required on instance 1",
+            0
+        ));
+        assert!(!says_format_required("superblock found: rejoining", 0));
+    }
 
     fn profile(mode: Mode) -> Profile {
         let cfg = format!(

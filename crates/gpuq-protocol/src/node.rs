@@ -99,6 +99,10 @@ pub struct StartReport {
     pub container: String,
     pub metadata_dir: String,
     pub config_path: String,
+    /// Every engine of the server said "format required" (its log line)
+    /// before the node answered. Absent from an older helper: false.
+    #[serde(default)]
+    pub awaiting_format: bool,
 }
 
 /// `POST /v1/leases/{lease}/stop` and `/wipe`.
