@@ -780,9 +780,7 @@ impl Broker {
         // output through this handle.
         let log = match joblog::create(&job.log_path, job.uid, job.gid) {
             Ok(f) => f,
-            Err(e) => {
-                return self.record_end(&job, &fail_early(format!("cannot create log: {e}")))
-            }
+            Err(e) => return self.record_end(&job, &fail_early(format!("cannot create log: {e}"))),
         };
         let started = job.started_at.unwrap_or_else(now);
         let left = (started + job.time_limit_secs as i64 - now()).max(0) as u64;

@@ -82,6 +82,15 @@ impl LocalSteps for Local<'_> {
         }
     }
 
+    async fn alongside(&self, lease: &Lease, step: CleanupStep) -> Result<Option<String>, String> {
+        match step {
+            // After the servers are stopped (the wipe is light on the nodes;
+            // done while they stop, the removal competed with theirs).
+            CleanupStep::Wipe => self.host.remove_admin(&lease.lease).await.map(Some),
+            _ => Ok(None),
+        }
+    }
+
     fn note(&self, line: &str) {
         tracing::info!("{line}");
         if let Some(l) = &self.log {
@@ -242,37 +251,58 @@ impl Daos {
         let t = std::time::Instant::now();
         let (started, admin) =
             tokio::join!(lc.start_servers(&mut l, local), host.prepare_admin(lease));
-        if let Err(e) = started {
-            // The failed start cleaned the lease up; its admin container may
-            // have come up after that cleanup looked.
-            if let Err(d) = host.discard_admin(lease).await {
-                tracing::warn!(lease, "removing the admin container: {d}");
+        let awaiting_format = match started {
+            Ok(a) => a,
+            Err(e) => {
+                // The failed start cleaned the lease up; its admin container
+                // may have come up after that cleanup looked.
+                if let Err(d) = host.discard_admin(lease).await {
+                    tracing::warn!(lease, "removing the admin container: {d}");
+                }
+                return Err(e.to_string());
             }
-            return Err(e.to_string());
-        }
+        };
         let a = admin.map_err(|e| format!("admin container: {e}"))?;
         step("admin", t, &format!("{a} up"));
-        let t = std::time::Instant::now();
-        let f = host
-            .format(lease)
-            .await
-            .map_err(|e| format!("format: {e}"))?;
-        step("format", t, &f);
-        local.checkpoint("formatted");
-        let t = std::time::Instant::now();
+        // The agent starts while the system is formatted and its ranks join:
+        // daos_agent contacts the servers only for a client's first
+        // GetAttachInfo (DAOS src/control/cmd/daos_agent/start.go), and the
+        // job starts only once both are confirmed.
         let n = self.cfg.nodes.len();
-        let j = host
-            .wait_joined(lease, n)
-            .await
-            .map_err(|e| format!("join: {e}"))?;
-        step("join", t, &j);
-        local.checkpoint("joined");
+        let system = async {
+            let t = std::time::Instant::now();
+            let f = host
+                .format(lease, awaiting_format)
+                .await
+                .map_err(|e| format!("format: {e}"))?;
+            step("format", t, &f);
+            local.checkpoint("formatted");
+            let t = std::time::Instant::now();
+            let j = host
+                .wait_joined(lease, n)
+                .await
+                .map_err(|e| format!("join: {e}"))?;
+            step("join", t, &j);
+            local.checkpoint("joined");
+            Ok::<(), String>(())
+        };
         let t = std::time::Instant::now();
-        let a = host
-            .start_agent(lease)
-            .await
-            .map_err(|e| format!("agent: {e}"))?;
-        step("agent", t, &a);
+        let agent = async {
+            let a = host
+                .start_agent(lease)
+                .await
+                .map_err(|e| format!("agent: {e}"));
+            (a, t.elapsed())
+        };
+        // Both run to their end: a failure of one leaves the other's
+        // container in a known state for the cleanup that follows.
+        let (system, (agent, took)) = tokio::join!(system, agent);
+        system?;
+        let a = agent?;
+        local.note(&format!(
+            "agent: {a} (started alongside the format, up after {:.2}s)",
+            took.as_secs_f64()
+        ));
         local.checkpoint("agent_started");
         lc.mark_running(&mut l).map_err(|e| e.to_string())?;
         Ok((l, host.job_env(lease)))

@@ -48,9 +48,11 @@ pub struct Host {
 const CONTROL_IN: &str = "/etc/daos/daos_control.yml";
 const AGENT_CONF_IN: &str = "/etc/daos/daos_agent.yml";
 const AGENT_DIR_IN: &str = "/var/run/daos_agent";
-/// How often the join (and "format required") is polled: each poll is one
-/// `dmg` exec (~50 ms); the join is seen at most this late.
-const POLL: Duration = Duration::from_millis(100);
+/// The pause between two polls of the join (and of "format required").
+/// Each poll is one `dmg` exec, itself ~100 ms of Podman and runc on the
+/// test machine: the pause only keeps a slow system from being asked back
+/// to back.
+const POLL: Duration = Duration::from_millis(20);
 
 fn yaml_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
@@ -223,16 +225,19 @@ impl Host {
         })
     }
 
-    /// `dmg storage format`: every host formatted, no host errors.
-    pub async fn format(&self, lease: &str) -> Result<String, String> {
-        let pm = self.podman().await?;
-        let deadline = Instant::now() + self.profile.join_timeout;
-        // The servers need a moment to listen and reach "format required".
+    /// `dmg system query` until the system says it needs a format (the
+    /// servers need a moment to listen and reach "format required").
+    async fn await_format(
+        &self,
+        pm: &LibpodClient,
+        lease: &str,
+        deadline: Instant,
+    ) -> Result<(), String> {
         loop {
-            let q = self.dmg(&pm, lease, &["system", "query"]).await?;
+            let q = self.dmg(pm, lease, &["system", "query"]).await?;
             let err = q["error"].as_str().unwrap_or("");
             if err.contains("format required") || err.contains("uninitialized") {
-                break;
+                return Ok(());
             }
             if q["error"].is_null() {
                 return Err(
@@ -244,6 +249,18 @@ impl Host {
                 return Err(format!("servers did not reach `format required`: {err}"));
             }
             tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `dmg storage format`: every host formatted, no host errors. Unless
+    /// every node already saw its server await the format
+    /// (`awaiting_format`), `dmg system query` is asked first until the
+    /// system says it needs one.
+    pub async fn format(&self, lease: &str, awaiting_format: bool) -> Result<String, String> {
+        let pm = self.podman().await?;
+        let deadline = Instant::now() + self.profile.join_timeout;
+        if !awaiting_format {
+            self.await_format(&pm, lease, deadline).await?;
         }
         let f = self.dmg(&pm, lease, &["storage", "format"]).await?;
         if let Some(e) = f["error"].as_str() {
@@ -308,7 +325,9 @@ impl Host {
                 .filter(|m| m["state"].as_str() == Some("joined"))
                 .count();
             if joined == ranks && members.len() == ranks {
-                return Ok(format!("{ranks} ranks joined"));
+                // daos.md: ranks 0..N-1, distinct addresses and fault
+                // domains. A joined system of another shape does not heal.
+                return joined_shape(&members, ranks).map(|()| format!("{ranks} ranks joined"));
             }
             if Instant::now() >= deadline {
                 let states: Vec<String> = members
@@ -345,6 +364,8 @@ impl Host {
         let pm = self.podman().await?;
         let name = Self::agent_name(lease);
         let mut spec = self.base_spec(name.clone(), lease, Role::Agent);
+        // daos.md: the agent monitors its clients' processes (host PID).
+        spec.pid = Namespace::Host;
         spec.command = vec![
             "daos_agent".into(),
             "-o".into(),
@@ -388,7 +409,7 @@ impl Host {
                     info.state.status
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         Ok(format!("agent {name} up, socket {}", sock.display()))
     }
@@ -408,18 +429,19 @@ impl Host {
             .map_err(|e| format!("list {} containers: {e}", role.as_str()))?;
         let mut removed = Vec::new();
         for c in &list {
-            // Without a grace period the forced delete kills at once.
-            if let (true, Some(grace)) = (c.state == "running", grace) {
-                pm.container_stop(&c.id, grace)
-                    .await
-                    .map_err(|e| format!("stop {}: {e}", short(&c.id)))?;
+            let mut name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
+            // Without a grace period: SIGKILL at once.
+            if c.state == "running" {
+                match gpuq_podman::stop_local(&pm, &c.id, grace.unwrap_or_default()).await {
+                    Ok(how) => name = format!("{name} ({how})"),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(format!("stop {}: {e}", short(&c.id))),
+                }
             }
-            match pm.container_delete(&c.id, true).await {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(format!("remove {}: {e}", short(&c.id))),
-            }
-            removed.push(c.names.first().cloned().unwrap_or_else(|| short(&c.id)));
+            gpuq_podman::remove_stopped(&pm, &c.id)
+                .await
+                .map_err(|e| format!("remove {}: {e}", short(&c.id)))?;
+            removed.push(name);
         }
         let left = pm
             .container_list(&filter)
@@ -454,21 +476,25 @@ impl Host {
     }
 
     /// Cleanup step: `dmg system stop` (again with `--force` if a rank did
-    /// not stop), then the admin container and the lease's files go.
-    /// A system that was never formatted, or whose servers no longer
-    /// answer, has nothing to stop: the server stop that follows confirms.
+    /// not stop). A system that was never formatted, or whose servers no
+    /// longer answer, has nothing to stop: the server stop that follows
+    /// confirms. The admin container stays for [`Host::remove_admin`].
     pub async fn system_stop(&self, lease: &str) -> Result<String, String> {
+        if !self.control_config(lease).exists() {
+            return Ok("no control config: the system was never set up".into());
+        }
         let pm = self.podman().await?;
-        let outcome = if self.control_config(lease).exists() {
-            self.stop_system(&pm, lease).await
-        } else {
-            Ok("no control config: the system was never set up".into())
-        };
-        let outcome = outcome?;
-        // An idle `sleep` too: killed at once.
-        self.remove_role(lease, Role::Admin, None).await?;
+        self.stop_system(&pm, lease).await
+    }
+
+    /// This host's part of the wipe, while the nodes wipe theirs (the
+    /// servers are stopped by then):
+    /// the admin container (an idle `sleep`: killed at once) and the
+    /// lease's files. Confirmed like every removal.
+    pub async fn remove_admin(&self, lease: &str) -> Result<String, String> {
+        let r = self.remove_role(lease, Role::Admin, None).await?;
         self.remove_files(lease)?;
-        Ok(outcome)
+        Ok(format!("{r}, lease files removed"))
     }
 
     async fn stop_system(&self, pm: &LibpodClient, lease: &str) -> Result<String, String> {
@@ -554,6 +580,44 @@ impl Host {
     }
 }
 
+/// `members` (all joined) are ranks `0..ranks`, each once, at distinct
+/// addresses in distinct fault domains.
+fn joined_shape(members: &[Value], ranks: usize) -> Result<(), String> {
+    let mut seen_ranks = std::collections::BTreeSet::new();
+    let mut addrs = std::collections::BTreeSet::new();
+    let mut domains = std::collections::BTreeSet::new();
+    for m in members {
+        let rank = m["rank"].as_u64();
+        let addr = m["addr"].as_str().unwrap_or("");
+        let domain = m["fault_domain"].as_str().unwrap_or("");
+        let ok_rank = rank.is_some_and(|r| (r as usize) < ranks && seen_ranks.insert(r));
+        if !ok_rank
+            || addr.is_empty()
+            || !addrs.insert(addr)
+            || domain.is_empty()
+            || !domains.insert(domain)
+        {
+            let all: Vec<String> = members
+                .iter()
+                .map(|m| {
+                    format!(
+                        "rank {} {} {}",
+                        m["rank"],
+                        m["addr"].as_str().unwrap_or("?"),
+                        m["fault_domain"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "{ranks} members joined, but not as ranks 0..{} at distinct addresses in distinct fault domains: {}",
+                ranks - 1,
+                all.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn short(id: &str) -> String {
     id.chars().take(12).collect()
 }
@@ -561,4 +625,48 @@ fn short(id: &str) -> String {
 fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::joined_shape;
+    use serde_json::{json, Value};
+
+    fn member(rank: u64, addr: &str, domain: &str) -> Value {
+        json!({"rank": rank, "addr": addr, "fault_domain": domain, "state": "joined"})
+    }
+
+    fn four() -> Vec<Value> {
+        (0..4)
+            .map(|r| member(r, &format!("10.0.0.1{r}:10001"), &format!("/da{}", r + 1)))
+            .collect()
+    }
+
+    #[test]
+    fn four_distinct_ranks_addresses_and_domains_pass() {
+        assert_eq!(joined_shape(&four(), 4), Ok(()));
+    }
+
+    #[test]
+    fn a_repeated_rank_address_or_domain_or_a_rank_out_of_range_is_refused() {
+        let cases: [(usize, Value); 4] = [
+            (3, member(2, "10.0.0.13:10001", "/da4")),
+            (3, member(3, "10.0.0.10:10001", "/da4")),
+            (3, member(3, "10.0.0.13:10001", "/da1")),
+            (3, member(4, "10.0.0.13:10001", "/da4")),
+        ];
+        for (i, m) in cases {
+            let mut ms = four();
+            ms[i] = m;
+            let e = joined_shape(&ms, 4).unwrap_err();
+            assert!(e.contains("not as ranks 0..3"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_member_without_address_or_domain_is_refused() {
+        let mut ms = four();
+        ms[1] = json!({"rank": 1, "state": "joined"});
+        assert!(joined_shape(&ms, 4).is_err());
+    }
 }

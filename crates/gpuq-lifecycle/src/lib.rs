@@ -46,6 +46,17 @@ pub trait LocalSteps: Send + Sync {
     /// `SystemStop`) and say what was confirmed; an error holds the lease.
     async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String>;
 
+    /// The broker's own part of a node step (`StopServers`, `Wipe`), done
+    /// while the nodes do theirs; `Ok(None)`: nothing here. A failure holds
+    /// the lease like a node's.
+    async fn alongside(
+        &self,
+        _lease: &Lease,
+        _step: CleanupStep,
+    ) -> Result<Option<String>, String> {
+        Ok(None)
+    }
+
     /// A progress line for whoever watches (the broker writes it into the
     /// job's log as a `gpuq:` line).
     fn note(&self, _line: &str) {}
@@ -213,11 +224,12 @@ impl Lifecycle {
 
     /// Start the servers of a preflighted lease on all nodes at once. A
     /// failure cleans the lease up (and holds it if that fails too).
+    /// `Ok(true)`: every node saw its server await the format.
     pub async fn start_servers(
         &self,
         l: &mut Lease,
         local: &dyn LocalSteps,
-    ) -> Result<(), LifecycleError> {
+    ) -> Result<bool, LifecycleError> {
         let lease = l.lease.clone();
         let lease = lease.as_str();
         let t = std::time::Instant::now();
@@ -252,13 +264,21 @@ impl Lifecycle {
                 reasons: failures,
             });
         }
+        let awaiting = started
+            .iter()
+            .all(|(_, r)| r.as_ref().is_ok_and(|s| s.awaiting_format));
         local.note(&format!(
-            "servers started on {} nodes ({})",
+            "servers started on {} nodes{} ({})",
             self.nodes.len(),
+            if awaiting {
+                ", all awaiting format"
+            } else {
+                ""
+            },
             secs(t)
         ));
         local.checkpoint("servers_started");
-        Ok(())
+        Ok(awaiting)
     }
 
     /// The system is ready (formatted, joined, agent up): the job may run.
@@ -302,15 +322,17 @@ impl Lifecycle {
                     // a master that died is noticed within the health
                     // interval) is asked again, alone, a few times. The
                     // steps are idempotent; any other error holds at once.
-                    let mut res = on_all(&self.nodes, |n| {
-                        let path = path.clone();
-                        async move {
-                            n.client
-                                .call::<StepReport>(Method::POST, &path, None::<&()>)
-                                .await
-                        }
-                    })
-                    .await;
+                    let (mut res, here) = tokio::join!(
+                        on_all(&self.nodes, |n| {
+                            let path = path.clone();
+                            async move {
+                                n.client
+                                    .call::<StepReport>(Method::POST, &path, None::<&()>)
+                                    .await
+                            }
+                        }),
+                        local.alongside(l, step)
+                    );
                     for _ in 0..CONNECT_RETRIES {
                         let retry: Vec<Node> = self
                             .nodes
@@ -341,16 +363,22 @@ impl Lifecycle {
                             }
                         }
                     }
-                    let failures: Vec<String> = res
+                    let mut failures: Vec<String> = res
                         .iter()
                         .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
                         .collect();
+                    if let Err(e) = &here {
+                        failures.push(format!("broker: {e}"));
+                    }
                     if failures.is_empty() {
-                        Ok(res
+                        let mut done: Vec<String> = res
                             .into_iter()
                             .filter_map(|(node, r)| r.ok().map(|s| format!("{node}: {}", s.detail)))
-                            .collect::<Vec<_>>()
-                            .join("; "))
+                            .collect();
+                        if let Ok(Some(d)) = here {
+                            done.push(format!("broker: {d}"));
+                        }
+                        Ok(done.join("; "))
                     } else {
                         Err(failures)
                     }

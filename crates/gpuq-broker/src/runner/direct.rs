@@ -24,6 +24,9 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const POLL: Duration = Duration::from_millis(50);
+/// How often a running job's end is looked for (a stat and one small read):
+/// the job's end is when the DAOS cleanup and the next job can start.
+const EXIT_POLL: Duration = Duration::from_millis(10);
 /// How long a killed cgroup may take to empty before we call it a failure.
 const KILL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -202,7 +205,7 @@ impl Runner for DirectRunner {
         // The main process has ended once the shim wrote the exit file, or
         // once nothing is left in the cgroup at all.
         while self.populated(id)? && !self.exit_file(id).exists() {
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(EXIT_POLL).await;
         }
         // Whatever the job left behind (background processes) ends with it.
         self.kill_and_drain(id).await?;
