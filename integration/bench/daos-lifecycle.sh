@@ -30,7 +30,9 @@
 #
 #   sudo integration/bench/daos-lifecycle.sh          # N=5
 #   sudo N=10 integration/bench/daos-lifecycle.sh
-# Env: N, GPUQ_BIN_DIR (default target/debug: gpuq, gpuq-broker, gpuq-node).
+# Env: N, GPUQ_BIN_DIR (default target/debug: gpuq, gpuq-broker, gpuq-node;
+# an absolute path), KEEP=DIR (keep the logs), GPUQ_LOG / GPUQ_NODE_LOG
+# (e.g. info,gpuq_podman=debug: one line per Podman call with its time).
 set -euo pipefail
 N=${N:-5}
 repo=$(cd "$(dirname "$0")/../.." && pwd)

@@ -89,6 +89,11 @@ daos_cleanup() {
         kill -0 "$broker" 2>/dev/null && { echo "$me: broker $broker ignored SIGTERM; KILL" >&2; kill -KILL "$broker"; }
         wait "$broker" 2>/dev/null
     fi
+    # KEEP=DIR: the broker's, nodes' and Podman services' logs outlive the run.
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP" && cp -a "$B/broker.log" "$B/ctrlogs" "$D/logs" "$KEEP/" 2>/dev/null
+        echo "$me: logs kept in $KEEP" >&2
+    fi
     "$repo/integration/cluster/down" >"$B/down.log" 2>&1 || { echo "$me: cluster down failed:" >&2; cat "$B/down.log" >&2; }
     if [ -n "$CG" ]; then
         for d in "$CG"/gpuq-job-*; do [ -d "$d" ] && { echo 1 >"$d/cgroup.kill"; sleep 0.2; rmdir "$d"; }; done

@@ -470,7 +470,7 @@ step_node_helper() { # NODE
     fi
   } >"$conf"
   chmod 644 "$conf"
-  GPUQ_LOG=info setsid nsenter --net="/run/netns/$(ns_of "$n")" \
+  GPUQ_LOG=${GPUQ_NODE_LOG:-info} setsid nsenter --net="/run/netns/$(ns_of "$n")" \
     "$bin" --config "$conf" serve </dev/null >>"$D/logs/$n-node.log" 2>&1 &
   pid=$!
   record pid "$n" node "$pid"
