@@ -786,6 +786,12 @@ impl Broker {
         let left = (started + job.time_limit_secs as i64 - now()).max(0) as u64;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(left);
         let lease = daosjob::lease_name(id, now());
+        // A cancel or timeout during the preparation tells it to stop and
+        // waits for it: a container being created when the cancel came must
+        // exist before the cleanup looks for it.
+        let (stop_prep, stop_rx) = tokio::sync::watch::channel(false);
+        let mut host = host;
+        host.stop = Some(stop_rx);
         let local = Local {
             runner: &*self.runner,
             job: Some(id),
@@ -810,11 +816,19 @@ impl Broker {
         }
         let owner = format!("job {id} ({}, uid {})", job.user, job.uid);
         let t0 = std::time::Instant::now();
+        let prepare = daos.prepare(&lease, &owner, &profile, &local);
+        tokio::pin!(prepare);
         let prepared = tokio::select! {
-            r = daos.prepare(&lease, &owner, &profile, &local) => Ok(r),
+            r = &mut prepare => Ok(r),
             _ = tokio::time::sleep_until(deadline) => Err(Why::Timeout("during preparation")),
             Ok(req) = &mut cancel => Err(Why::Cancelled(req, "during preparation")),
         };
+        if prepared.is_err() {
+            let _ = stop_prep.send(true);
+            if let Err(e) = prepare.await {
+                tracing::info!(job = %id, "preparation stopped: {e}");
+            }
+        }
         let why = match prepared {
             Err(w) => w,
             Ok(Err(e)) => Why::Failed(format!("DAOS preparation failed: {e}")),

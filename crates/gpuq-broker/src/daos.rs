@@ -168,6 +168,7 @@ impl Daos {
                 join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
                 env: p.env.clone(),
             },
+            stop: None,
         })
     }
 
@@ -217,7 +218,8 @@ impl Daos {
         local: &Local<'_>,
     ) -> Result<(Lease, Vec<(String, String)>), String> {
         let t = std::time::Instant::now();
-        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        let host = &local.host;
+        let up = unless_stopped(host, self.links.ensure_all_up(self.link_timeout())).await?;
         if !up.all_ok() {
             let why: Vec<String> = up
                 .nodes
@@ -235,7 +237,7 @@ impl Daos {
             t.elapsed().as_secs_f64()
         ));
         let lc = self.lifecycle(profile);
-        let host = &local.host;
+        host.check_stop()?;
         let mut l = lc
             .preflight(lease, owner, local)
             .await
@@ -249,9 +251,13 @@ impl Daos {
         // The admin container (this host) comes up while the nodes start
         // their servers.
         let t = std::time::Instant::now();
-        let (started, admin) =
-            tokio::join!(lc.start_servers(&mut l, local), host.prepare_admin(lease));
-        let awaiting_format = match started {
+        // A stop leaves the nodes' start calls to finish on their own: each
+        // node does one step at a time, so the cleanup's stop waits for them.
+        let (started, admin) = tokio::join!(
+            unless_stopped(host, lc.start_servers(&mut l, local)),
+            host.prepare_admin(lease)
+        );
+        let awaiting_format = match started.and_then(|r| r.map_err(|e| e.to_string())) {
             Ok(a) => a,
             Err(e) => {
                 // The failed start cleaned the lease up; its admin container
@@ -259,7 +265,7 @@ impl Daos {
                 if let Err(d) = host.discard_admin(lease).await {
                     tracing::warn!(lease, "removing the admin container: {d}");
                 }
-                return Err(e.to_string());
+                return Err(e);
             }
         };
         let a = admin.map_err(|e| format!("admin container: {e}"))?;
@@ -467,6 +473,22 @@ impl Daos {
 
     pub async fn close(&self) {
         self.links.close_all().await;
+    }
+}
+
+/// `f`, unless the host's preparation is told to stop first (then `f` is
+/// dropped: only for futures that create nothing on this host).
+async fn unless_stopped<T>(
+    host: &Host,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    host.check_stop()?;
+    let Some(mut stop) = host.stop.clone() else {
+        return Ok(f.await);
+    };
+    tokio::select! {
+        r = f => Ok(r),
+        _ = stop.wait_for(|s| *s) => Err(host.check_stop().err().unwrap_or_default()),
     }
 }
 

@@ -43,6 +43,10 @@ pub struct Host {
     /// Root-owned directory for per-lease files (`<run_dir>/<lease>/`).
     pub run_dir: PathBuf,
     pub profile: HostProfile,
+    /// Set when the job is cancelled or times out while its system is
+    /// prepared: the waits end at once, a Podman call in flight completes
+    /// (so the cleanup that follows sees what it made). See [`Host::pause`].
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 const CONTROL_IN: &str = "/etc/daos/daos_control.yml";
@@ -93,6 +97,34 @@ impl Host {
         ];
         env.extend(self.profile.env.iter().cloned());
         env
+    }
+
+    /// Whether the preparation was told to stop.
+    pub fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| *s.borrow())
+    }
+
+    /// An error if told to stop: the preparation ends between two calls.
+    pub fn check_stop(&self) -> Result<(), String> {
+        if self.stopped() {
+            return Err("stopped: the job was cancelled or ran out of time".into());
+        }
+        Ok(())
+    }
+
+    /// Wait `d`, or less if told to stop meanwhile (then an error).
+    async fn pause(&self, d: Duration) -> Result<(), String> {
+        self.check_stop()?;
+        match self.stop.clone() {
+            None => tokio::time::sleep(d).await,
+            Some(mut s) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = s.wait_for(|stop| *stop) => {}
+                }
+            }
+        }
+        self.check_stop()
     }
 
     async fn podman(&self) -> Result<LibpodClient, String> {
@@ -190,6 +222,7 @@ impl Host {
     /// Write the lease's files and create and start its admin container
     /// (while the servers start: it does not need them).
     pub async fn prepare_admin(&self, lease: &str) -> Result<String, String> {
+        self.check_stop()?;
         self.write_files(lease)?;
         let pm = self.podman().await?;
         self.admin(&pm, lease).await
@@ -248,7 +281,7 @@ impl Host {
             if Instant::now() >= deadline {
                 return Err(format!("servers did not reach `format required`: {err}"));
             }
-            tokio::time::sleep(POLL).await;
+            self.pause(POLL).await?;
         }
     }
 
@@ -257,6 +290,7 @@ impl Host {
     /// (`awaiting_format`), `dmg system query` is asked first until the
     /// system says it needs one.
     pub async fn format(&self, lease: &str, awaiting_format: bool) -> Result<String, String> {
+        self.check_stop()?;
         let pm = self.podman().await?;
         let deadline = Instant::now() + self.profile.join_timeout;
         if !awaiting_format {
@@ -312,6 +346,7 @@ impl Host {
 
     /// Poll `dmg system query` until exactly `ranks` members are joined.
     pub async fn wait_joined(&self, lease: &str, ranks: usize) -> Result<String, String> {
+        self.check_stop()?;
         let pm = self.podman().await?;
         let deadline = Instant::now() + self.profile.join_timeout;
         loop {
@@ -355,12 +390,13 @@ impl Host {
                         .unwrap_or_default()
                 ));
             }
-            tokio::time::sleep(POLL).await;
+            self.pause(POLL).await?;
         }
     }
 
     /// Start the agent and wait for its socket.
     pub async fn start_agent(&self, lease: &str) -> Result<String, String> {
+        self.check_stop()?;
         let pm = self.podman().await?;
         let name = Self::agent_name(lease);
         let mut spec = self.base_spec(name.clone(), lease, Role::Agent);
@@ -409,7 +445,7 @@ impl Host {
                     info.state.status
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            self.pause(Duration::from_millis(10)).await?;
         }
         Ok(format!("agent {name} up, socket {}", sock.display()))
     }
