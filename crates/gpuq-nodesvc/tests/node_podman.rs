@@ -80,7 +80,17 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A server that says what DAOS says when it awaits its format, then idles.
+const SERVER: &str =
+    "trap 'exit 0' TERM; echo server up; echo 'SCM format required on instance 0'; while :; do sleep 1; done";
+
 async fn node(podman: &PodmanService, image: &str) -> Node {
+    node_with(podman, image, SERVER, 120).await
+}
+
+/// A node whose test profile runs `script` as its server and gives it
+/// `format_wait` seconds to await the format.
+async fn node_with(podman: &PodmanService, image: &str, script: &str, format_wait: u64) -> Node {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().to_path_buf();
     let cfg_text = format!(
@@ -98,12 +108,14 @@ daos_version = "2.8.0"
 mode = "test"
 port = {port}
 fabric_iface = "lo"
-command = ["sh", "-c", "trap 'exit 0' TERM; echo server up; while :; do sleep 1; done"]
+command = ["sh", "-c", "{script}"]
 stop_grace_secs = 5
+format_wait_secs = {format_wait}
 "#,
         root = root.display(),
         sock = podman.socket.display(),
         port = free_port(),
+        script = script.replace('\\', "\\\\").replace('"', "\\\""),
     );
     let cfg = ServiceConfig::parse(&root.join("node.toml"), &cfg_text).unwrap();
     let svc = NodeService::new(cfg, podman.client().await);
@@ -517,4 +529,69 @@ async fn http_api_runs_a_lease_and_refuses_bad_input() {
             .await
             .unwrap();
     assert_eq!(code, 403, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_is_confirmed_only_when_the_server_awaits_its_format() {
+    if !as_own_node("a_start_is_confirmed_only_when_the_server_awaits_its_format") {
+        return;
+    }
+    let Some(podman) = service_or_skip("awaits_format") else {
+        return;
+    };
+    let client = podman.client().await;
+    let image = TestImage::build("server", Some("localhost/gpuq-test:latest"));
+    podman.load_image(&client, &image).await;
+
+    // Says it: confirmed, and the report says so.
+    let n = node(&podman, &image.id.to_string()).await;
+    let started = n.svc.start("L1", &start_req()).await.unwrap();
+    assert!(started.awaiting_format);
+    n.svc.stop("L1").await.unwrap();
+    n.svc.wipe("L1").await.unwrap();
+
+    // Exits before saying it: the start fails with its last lines, the
+    // audit says so, and the usual stop + wipe leave nothing.
+    let n = node_with(
+        &podman,
+        &image.id.to_string(),
+        "echo config error: bad key; exit 3",
+        120,
+    )
+    .await;
+    let e = n.svc.start("L2", &start_req()).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("exited before it awaited format") && msg.contains("config error: bad key"),
+        "{msg}"
+    );
+    let audit = read(&n.root.join("jobs/L2/audit.jsonl"));
+    assert!(audit.contains("\"failed\""), "{audit}");
+    n.svc.stop("L2").await.unwrap();
+    n.svc.wipe("L2").await.unwrap();
+    assert!(!n.root.join("test/L2").exists());
+
+    // Never says it: the start fails after format_wait_secs, not before.
+    let n = node_with(
+        &podman,
+        &image.id.to_string(),
+        "trap 'exit 0' TERM; echo rejoining with old metadata; while :; do sleep 1; done",
+        1,
+    )
+    .await;
+    let t0 = std::time::Instant::now();
+    let e = n.svc.start("L3", &start_req()).await.unwrap_err();
+    assert!(t0.elapsed() >= std::time::Duration::from_secs(1));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("did not say `format required` within 1s") && msg.contains("rejoining"),
+        "{msg}"
+    );
+    n.svc.stop("L3").await.unwrap();
+    n.svc.wipe("L3").await.unwrap();
+    let left = client
+        .container_list(&gpuq_podman::LabelFilter::ours())
+        .await
+        .unwrap();
+    assert!(left.is_empty(), "{left:?}");
 }
