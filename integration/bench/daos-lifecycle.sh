@@ -18,10 +18,7 @@
 #               every 50 ms — counted at that bound, once for the agent and
 #               once for the four servers (stopped in parallel);
 #   overhead  total − sim: what gpuq itself costs.
-# Also per step (the broker's own log lines) and `admin_kill`: the seconds
-# the admin container's stop waited before Podman SIGKILLed it (its `sleep`
-# runs as PID 1 and ignores SIGTERM; gpuq's grace is 1 s) — part of
-# system_stop, and of the overhead: it is gpuq's container, not a simulator wait.
+# Also per step (the broker's own log lines).
 # Compare with integration/bench/daos-lifecycle-sequential.sh (the same
 # lifecycle by `ssh` + the `podman` CLI, one node after another).
 #
@@ -86,7 +83,6 @@ def ts(s):  # RFC 3339 UTC with up to 9 decimals → epoch seconds
     return t + float("0." + frac) if frac else t
 ansi = re.compile(r"\x1b\[[0-9;]*m")
 blog = [ansi.sub("", l) for l in open(f"{B}/broker.log")]
-plog = list(open(f"{B}/c/logs/cxl2-podman.log"))
 # Each step ends at its log line; the first starts when the lease is created.
 STEPS = [("preflight", "preflight passed"), ("servers", "servers started"), ("format", "format:"),
          ("join", "join:"), ("agent", "agent:"), ("run", "ended job="),
@@ -117,18 +113,15 @@ for line in open(f"{B}/runs.tsv"):
     r["sim_join"] = max(0.0, max(joined) - at("format:"))
     r["sim"] = r["sim_join"] + 2 * POLL  # agent, then the four servers in parallel
     r["overhead"] = r["total"] - r["sim"]
-    # gpuq's admin container runs `sleep` as PID 1, which ignores SIGTERM:
-    # its stop waits out the 1 s grace, and Podman says so.
-    r["admin_kill"] = sum(1.0 for l in plog if f"container gpuq-{lease}-admin in 1 seconds, resorting to SIGKILL" in l)
     rows.append(r)
 med = {c: st.median(r[c] for r in rows) for c in rows[0] if c != "job"}
-cols = ["total", "setup", "run", "cleanup", "sim_join", "sim", "overhead", "admin_kill"]
+cols = ["total", "setup", "run", "cleanup", "sim_join", "sim", "overhead"]
 print(f"\ngpuq DAOS lifecycle, {len(rows)} jobs (seconds)")
 print(f"{'job':<8}" + "".join(f"{c:>11}" for c in cols))
 for r in rows:
     print(f"{r['job']:<8}" + "".join(f"{r[c]:11.3f}" for c in cols))
 print(f"{'median':<8}" + "".join(f"{med[c]:11.3f}" for c in cols))
-print("\nmedian per step (the broker's log; admin_kill: the admin container's 1 s stop grace, inside system_stop)")
+print("\nmedian per step (the broker's log; `agent`: what the agent took beyond the join it starts alongside)")
 for s in ["submit"] + [s for s, _ in STEPS]:
     print(f"  {s:<13}{med[s]:7.3f}")
 print(f"\nmedian  total {med['total']:.2f} s   simulator waits {med['sim']:.2f} s   "
