@@ -365,24 +365,13 @@ impl Host {
                 return joined_shape(&members, ranks).map(|()| format!("{ranks} ranks joined"));
             }
             if Instant::now() >= deadline {
-                let states: Vec<String> = members
-                    .iter()
-                    .map(|m| {
-                        format!(
-                            "rank {} {} {}",
-                            m["rank"],
-                            m["addr"].as_str().unwrap_or("?"),
-                            m["state"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect();
                 return Err(format!(
                     "{joined} of {ranks} ranks joined within {}s ({}){}",
                     self.profile.join_timeout.as_secs(),
-                    if states.is_empty() {
+                    if members.is_empty() {
                         "no members".into()
                     } else {
-                        states.join(", ")
+                        describe(&members, "state")
                     },
                     q["error"]
                         .as_str()
@@ -616,6 +605,22 @@ impl Host {
     }
 }
 
+/// `rank R ADDR <field>, ...` of `dmg system query` members.
+fn describe(members: &[Value], field: &str) -> String {
+    members
+        .iter()
+        .map(|m| {
+            format!(
+                "rank {} {} {}",
+                m["rank"],
+                m["addr"].as_str().unwrap_or("?"),
+                m[field].as_str().unwrap_or("?")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// `members` (all joined) are ranks `0..ranks`, each once, at distinct
 /// addresses in distinct fault domains.
 fn joined_shape(members: &[Value], ranks: usize) -> Result<(), String> {
@@ -633,21 +638,10 @@ fn joined_shape(members: &[Value], ranks: usize) -> Result<(), String> {
             || domain.is_empty()
             || !domains.insert(domain)
         {
-            let all: Vec<String> = members
-                .iter()
-                .map(|m| {
-                    format!(
-                        "rank {} {} {}",
-                        m["rank"],
-                        m["addr"].as_str().unwrap_or("?"),
-                        m["fault_domain"].as_str().unwrap_or("?")
-                    )
-                })
-                .collect();
             return Err(format!(
                 "{ranks} members joined, but not as ranks 0..{} at distinct addresses in distinct fault domains: {}",
                 ranks - 1,
-                all.join(", ")
+                describe(members, "fault_domain")
             ));
         }
     }

@@ -59,20 +59,15 @@ pub async fn stop_local<P: Podman>(pm: &P, container: &str, grace: Duration) -> 
     };
     // No grace: SIGKILL at once (an idle container's `sleep`).
     if !grace.is_zero() {
-        match pm.container_kill(container, "TERM").await {
-            Ok(()) => {}
-            // It ended between the inspect and the kill.
-            Err(Error::Conflict { .. }) if process.gone() => return Ok(Stopped::Exited),
-            Err(e) => return Err(e),
+        if !process.signal(pm, container, "TERM").await? {
+            return Ok(Stopped::Exited);
         }
         if process.wait_gone(grace).await {
             return Ok(Stopped::Exited);
         }
     }
-    match pm.container_kill(container, "KILL").await {
-        Ok(()) => {}
-        Err(Error::Conflict { .. }) if process.gone() => return Ok(Stopped::Exited),
-        Err(e) => return Err(e),
+    if !process.signal(pm, container, "KILL").await? {
+        return Ok(Stopped::Exited);
     }
     if process.wait_gone(KILL_WAIT).await {
         return Ok(Stopped::Killed);
@@ -129,6 +124,16 @@ impl Process {
         }
         let (state, start_time) = stat(pid)?;
         (state != 'Z').then_some(Process { pid, start_time })
+    }
+
+    /// Send `signal` through the API; `Ok(false)`: it had already exited
+    /// (Podman answers a conflict for a stopped container).
+    async fn signal<P: Podman>(&self, pm: &P, container: &str, signal: &str) -> Result<bool> {
+        match pm.container_kill(container, signal).await {
+            Ok(()) => Ok(true),
+            Err(Error::Conflict { .. }) if self.gone() => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Exited: no such PID any more, a zombie, or another process now.

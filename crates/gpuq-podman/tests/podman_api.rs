@@ -100,23 +100,14 @@ async fn stop_kills_a_container_that_ignores_sigterm_after_the_grace_period() {
     else {
         return;
     };
-    let s = spec("stubborn", &image, "trap '' TERM; echo ready; sleep 1000");
-    let id = client.container_create(&s).await.expect("create");
-    client.container_start(&id).await.expect("start");
+    // The trap must be in place before we stop it.
+    let id = start_ready(
+        &client,
+        &spec("stubborn", &image, "trap '' TERM; echo ready; sleep 1000"),
+    )
+    .await;
     // Starting twice is not an error.
     client.container_start(&id).await.expect("start again");
-    // The trap must be in place before we stop it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !client
-        .container_logs(&id, &LogOptions::default())
-        .await
-        .expect("logs")
-        .stdout_lossy()
-        .contains("ready")
-    {
-        assert!(Instant::now() < deadline, "container never printed ready");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     let grace = Duration::from_secs(2);
     let t0 = Instant::now();
