@@ -319,9 +319,10 @@ impl Lifecycle {
                     let path = format!("/v1/leases/{}/{verb}", l.lease);
                     // Every node at once; a node whose forwarded socket
                     // refused the connection (its link is being re-made:
-                    // a master that died is noticed within the health
-                    // interval) is asked again, alone, a few times. The
-                    // steps are idempotent; any other error holds at once.
+                    // the links were looked at just before the cleanup,
+                    // but a master can die after that) is asked again,
+                    // alone, a few times. The steps are idempotent; any
+                    // other error holds at once.
                     let (mut res, here) = tokio::join!(
                         on_all(&self.nodes, |n| {
                             let path = path.clone();

@@ -161,6 +161,11 @@ struct Inner {
     state: watch::Sender<LinkState>,
     /// Skip the rest of the backoff and try now (ensure_up does this).
     kick: Notify,
+    /// Look at an up link now instead of at the next health interval
+    /// (ensure_up does this: "up" may be an interval old).
+    check_now: Notify,
+    /// How many health checks of up links have passed.
+    checked: watch::Sender<u64>,
     shutdown: watch::Sender<bool>,
     master_pid: Mutex<Option<u32>>,
     last_connect: Mutex<Option<ConnectTimings>>,
@@ -225,6 +230,8 @@ impl NodeLink {
                 timings,
                 state,
                 kick: Notify::new(),
+                check_now: Notify::new(),
+                checked: watch::channel(0).0,
                 shutdown,
                 master_pid: Mutex::new(None),
                 last_connect: Mutex::new(None),
@@ -289,6 +296,22 @@ impl NodeLink {
     pub async fn ensure_up(&self, timeout: Duration) -> Result<NodeSockets> {
         self.start();
         let mut rx = self.inner.state.subscribe();
+        if rx.borrow().is_up() {
+            // Up when last looked at, up to a health interval ago: look now
+            // (the ssh master and Podman through the forward, a few ms), so
+            // a master that died since is found before anyone uses it.
+            let mut checked = self.inner.checked.subscribe();
+            let seen = *checked.borrow();
+            let mut state = self.inner.state.subscribe();
+            self.inner.check_now.notify_one();
+            let _ = tokio::time::timeout(timeout, async {
+                tokio::select! {
+                    _ = checked.wait_for(|n| *n > seen) => {}
+                    _ = state.wait_for(|s| !s.is_up()) => {}
+                }
+            })
+            .await;
+        }
         if !rx.borrow().is_up() {
             self.inner.kick.notify_one();
         }
@@ -554,7 +577,10 @@ impl Inner {
     /// Podman answers `_ping` through the forward.
     async fn watch(&self, est: &Established) -> Error {
         loop {
-            tokio::time::sleep(self.timings.health_interval).await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.timings.health_interval) => {}
+                _ = self.check_now.notified() => {}
+            }
             let Some(session) = est.session.as_ref() else {
                 return Error::Closed { node: self.node() };
             };
@@ -579,6 +605,7 @@ impl Inner {
                     }
                 }
             }
+            self.checked.send_modify(|n| *n += 1);
         }
     }
 

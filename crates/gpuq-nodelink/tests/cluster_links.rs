@@ -503,6 +503,48 @@ fn lost_links_go_down_with_the_error_and_come_back_with_backoff() {
     );
 }
 
+#[test]
+fn ensure_up_looks_again_and_never_hands_out_a_dead_master() {
+    cluster_test(
+        "ensure_up_looks_again_and_never_hands_out_a_dead_master",
+        |ctx| {
+            rt().block_on(async {
+                // Health checks a minute apart: only ensure_up's own look can
+                // notice the master's death in time.
+                let slow = Timings {
+                    health_interval: Duration::from_secs(60),
+                    ..timings()
+                };
+                let link =
+                    NodeLink::new(ctx.config("da2", &ctx.known_hosts()), slow).expect("config");
+                link.ensure_up(Duration::from_secs(15)).await.expect("up");
+                let pid = link.master_pid().expect("pid");
+                let st = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(st.success());
+                while alive(pid) {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                // The state still says up (nobody looked); ensure_up looks,
+                // finds the master gone and makes a new one before answering.
+                let socks = link
+                    .ensure_up(Duration::from_secs(15))
+                    .await
+                    .expect("up again");
+                let new_pid = link.master_pid().expect("new pid");
+                assert_ne!(new_pid, pid, "a dead master's sockets were handed out");
+                let status = json(&socks.node_sock, "/v1/status").await;
+                assert_eq!(status["node"], "da2", "{status}");
+                let (_, e) = link.stats().last_error.expect("the loss is recorded");
+                assert!(e.contains("master"), "{e}");
+                link.close().await;
+            });
+        },
+    );
+}
+
 const DYING: &str = "GPUQ_NODELINK_DYING_BROKER";
 const DYING_BROKER: &str = "helper_a_broker_that_dies_with_its_link_up";
 
