@@ -27,7 +27,10 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 const DEST: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
-const POLL: Duration = Duration::from_millis(250);
+/// How often a running job's unit state is read (two D-Bus property reads,
+/// one job at a time): its end is when the DAOS cleanup and the next job
+/// can start.
+const POLL: Duration = Duration::from_millis(50);
 /// How long `start` waits for systemd to report the start job's result.
 const START_WAIT: Duration = Duration::from_secs(30);
 
