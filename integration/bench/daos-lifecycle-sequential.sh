@@ -180,16 +180,13 @@ $(podman_on "$n") run -d --name $srv --network host \
     echo "run $i ($L) done" >&2
 done
 
-python3 - "$B" <<'PY'
-import datetime as dt, glob, statistics as st, sys
+python3 - "$B" "$repo/integration/bench" <<'PY'
+import glob, statistics as st, sys
 B = sys.argv[1]
-def ts(s):  # RFC 3339 UTC with up to 9 decimals → epoch seconds
-    s = s.rstrip("Z").split("+")[0]
-    head, _, frac = s.partition(".")
-    t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
-    return t + float("0." + frac) if frac else t
+sys.dont_write_bytecode = True  # nothing left in the tree
+sys.path.insert(0, sys.argv[2])
+from daos_times import POLL, ts
 STEPS = ["servers", "format", "join", "agent", "run", "stop_agent", "system_stop", "stop_wipe"]
-POLL = 0.05  # daos-sim's SIGTERM flag poll (server.rs / agent.rs main loops)
 rows = []
 for line in open(f"{B}/runs.tsv"):
     lease, *stamps = line.split()

@@ -73,14 +73,12 @@ for i in $(seq "$N"); do
     echo "job $id done" >&2
 done
 
-python3 - "$B" <<'PY'
-import datetime as dt, glob, re, statistics as st, sys
+python3 - "$B" "$repo/integration/bench" <<'PY'
+import glob, re, statistics as st, sys
 B = sys.argv[1]
-def ts(s):  # RFC 3339 UTC with up to 9 decimals → epoch seconds
-    s = s.rstrip("Z").split("+")[0]
-    head, _, frac = s.partition(".")
-    t = dt.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=dt.timezone.utc).timestamp()
-    return t + float("0." + frac) if frac else t
+sys.dont_write_bytecode = True  # nothing left in the tree
+sys.path.insert(0, sys.argv[2])
+from daos_times import POLL, ts
 ansi = re.compile(r"\x1b\[[0-9;]*m")
 blog = [ansi.sub("", l) for l in open(f"{B}/broker.log")]
 # Each step ends at its log line; the first starts when the lease is created.
@@ -89,7 +87,6 @@ STEPS = [("preflight", "preflight passed"), ("servers", "servers started"), ("fo
          ("stop_agent", "cleanup stop_agent"), ("system_stop", "cleanup system_stop"),
          ("stop_servers", "cleanup stop_servers"), ("wipe", "cleanup wipe"), ("release", " released")]
 SETUP, CLEANUP = STEPS[:5], STEPS[6:]
-POLL = 0.05  # daos-sim's SIGTERM flag poll (server.rs / agent.rs main loops)
 rows = []
 for line in open(f"{B}/runs.tsv"):
     job, t0 = line.split(); t0 = float(t0)
