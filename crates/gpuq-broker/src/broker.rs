@@ -689,14 +689,7 @@ impl Broker {
         };
         let mut done = None;
         let end = match why {
-            Why::Exited(Ok(Some(o))) => ending_from(o),
-            Why::Exited(Ok(None)) => {
-                lost("the job's processes ended without an exit status".into())
-            }
-            Why::Exited(Err(e)) => {
-                let _ = self.runner.kill(id).await;
-                lost(format!("lost track of the job: {e}"))
-            }
+            Why::Exited(r) => self.exit_ending(id, r).await,
             Why::Timeout => {
                 joblog::note(
                     &job.log_path,
@@ -873,14 +866,7 @@ impl Broker {
         };
         let mut done = None;
         let end = match why {
-            Why::Exited(Ok(Some(o))) => ending_from(o),
-            Why::Exited(Ok(None)) => {
-                lost("the job's processes ended without an exit status".into())
-            }
-            Why::Exited(Err(e)) => {
-                let _ = self.runner.kill(id).await;
-                lost(format!("lost track of the job: {e}"))
-            }
+            Why::Exited(r) => self.exit_ending(id, r).await,
             Why::Failed(e) => {
                 note(&e);
                 fail_early(e)
@@ -1049,6 +1035,23 @@ impl Broker {
             me.running_guard().remove(&id);
             me.wake.notify_one();
         });
+    }
+
+    /// How a job whose runner's wait returned `r` ended. A wait that lost
+    /// track of the job ends whatever is left of it first.
+    async fn exit_ending(
+        &self,
+        id: JobId,
+        r: Result<Option<Outcome>, crate::runner::RunnerError>,
+    ) -> Ending {
+        match r {
+            Ok(Some(o)) => ending_from(o),
+            Ok(None) => lost("the job's processes ended without an exit status".into()),
+            Err(e) => {
+                let _ = self.runner.kill(id).await;
+                lost(format!("lost track of the job: {e}"))
+            }
+        }
     }
 }
 
