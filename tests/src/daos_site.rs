@@ -140,6 +140,18 @@ impl Site {
         }
     }
 
+    /// Wait up to `secs` for the hold, then its `blocked.json` (`job`'s
+    /// log in the failure message).
+    pub fn wait_held(&self, job: u64, secs: u64) -> serde_json::Value {
+        let path = self.state().join("blocked.json");
+        assert!(
+            eventually(secs, || path.exists()),
+            "no hold: {}",
+            self.log(job)
+        );
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    }
+
     pub fn log(&self, id: u64) -> String {
         stdout(&self.b.gpuq(ROOT, &["log", &id.to_string()]))
     }

@@ -137,13 +137,7 @@ fn a_link_cut_during_the_wipe_holds_the_lease_until_recover() {
     };
     ip("down");
     std::fs::write(&resume, "").unwrap();
-    assert!(
-        eventually(120, || s.state().join("blocked.json").exists()),
-        "{}",
-        s.log(id)
-    );
-    let b: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    let b = s.wait_held(id, 120);
     assert_eq!(
         (b["step"].as_str(), b["node"].as_str()),
         (Some("wipe"), Some("da2")),

@@ -154,13 +154,7 @@ fn a_cleanup_failure_holds_every_job_until_recover_succeeds() {
         ],
     );
     s.b.wait_state(id, "completed", 120);
-    assert!(
-        eventually(60, || s.state().join("blocked.json").exists()),
-        "no hold: {}",
-        s.log(id)
-    );
-    let blocked: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    let blocked = s.wait_held(id, 60);
     assert_eq!(blocked["step"], "stop_servers", "{blocked}");
     assert_eq!(blocked["node"], "da3", "{blocked}");
     // Every job waits: a plain GPU job too.
@@ -547,13 +541,7 @@ fn node_faults_end_released_or_held_and_recover_finishes() {
     let down = format!("ip -n {ns} link set {veth} down");
     let id = submit(&["--", "bash", "-c", &down]);
     s.expect_end(id, "completed", 120);
-    assert!(
-        eventually(120, || s.state().join("blocked.json").exists()),
-        "{}",
-        s.log(id)
-    );
-    let b: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    let b = s.wait_held(id, 120);
     assert_eq!(b["node"], "da3", "{b}");
     let queued = s.b.submit(ROOT, &rw, &["--", "true"]);
     std::thread::sleep(Duration::from_secs(2));
@@ -587,11 +575,7 @@ fn node_faults_end_released_or_held_and_recover_finishes() {
     }
     let c = s.b.gpuq(ROOT, &["cancel", &id.to_string()]);
     assert!(c.status.success(), "{}", stderr(&c));
-    assert!(
-        eventually(120, || s.state().join("blocked.json").exists()),
-        "{}",
-        s.log(id)
-    );
+    s.wait_held(id, 120);
     // Start da4's sshd again (ours now: ended by PID at the end).
     let mut sshd = std::process::Command::new("nsenter")
         .arg(format!("--net=/run/netns/{}", s.c.id.namespace("da4")))
