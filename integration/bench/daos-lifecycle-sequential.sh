@@ -181,11 +181,11 @@ $(podman_on "$n") run -d --name $srv --network host \
 done
 
 python3 - "$B" "$repo/integration/bench" <<'PY'
-import glob, statistics as st, sys
+import glob, sys
 B = sys.argv[1]
 sys.dont_write_bytecode = True  # nothing left in the tree
 sys.path.insert(0, sys.argv[2])
-from daos_times import POLL, ts
+from daos_times import POLL, report, ts
 STEPS = ["servers", "format", "join", "agent", "run", "stop_agent", "system_stop", "stop_wipe"]
 rows = []
 for line in open(f"{B}/runs.tsv"):
@@ -202,15 +202,6 @@ for line in open(f"{B}/runs.tsv"):
     r["sim"] = r["sim_join"] + POLL * (1 + 4)  # the agent, then four servers one by one
     r["overhead"] = r["total"] - r["sim"]
     rows.append(r)
-med = {c: st.median(r[c] for r in rows) for c in rows[0] if c != "lease"}
-cols = ["total", "setup", "run", "cleanup", "sim_join", "sim", "overhead"]
-print(f"\nsequential ssh + podman CLI lifecycle, {len(rows)} runs (seconds)")
-print(f"{'run':<17}" + "".join(f"{c:>11}" for c in cols))
-for r in rows:
-    print(f"{r['lease']:<17}" + "".join(f"{r[c]:11.3f}" for c in cols))
-print(f"{'median':<17}" + "".join(f"{med[c]:11.3f}" for c in cols))
-print("\nmedian per step")
-for s in STEPS:
-    print(f"  {s:<13}{med[s]:7.3f}")
+med = report("sequential ssh + podman CLI lifecycle", "lease", 17, rows, STEPS, "")
 print(f"\nmedian  total {med['total']:.2f} s   simulator waits {med['sim']:.2f} s   overhead {med['overhead']:.2f} s")
 PY

@@ -74,11 +74,11 @@ for i in $(seq "$N"); do
 done
 
 python3 - "$B" "$repo/integration/bench" <<'PY'
-import glob, re, statistics as st, sys
+import glob, re, sys
 B = sys.argv[1]
 sys.dont_write_bytecode = True  # nothing left in the tree
 sys.path.insert(0, sys.argv[2])
-from daos_times import POLL, ts
+from daos_times import POLL, report, ts
 ansi = re.compile(r"\x1b\[[0-9;]*m")
 blog = [ansi.sub("", l) for l in open(f"{B}/broker.log")]
 # Each step ends at its log line; the first starts when the lease is created.
@@ -111,16 +111,8 @@ for line in open(f"{B}/runs.tsv"):
     r["sim"] = r["sim_join"] + 2 * POLL  # agent, then the four servers in parallel
     r["overhead"] = r["total"] - r["sim"]
     rows.append(r)
-med = {c: st.median(r[c] for r in rows) for c in rows[0] if c != "job"}
-cols = ["total", "setup", "run", "cleanup", "sim_join", "sim", "overhead"]
-print(f"\ngpuq DAOS lifecycle, {len(rows)} jobs (seconds)")
-print(f"{'job':<8}" + "".join(f"{c:>11}" for c in cols))
-for r in rows:
-    print(f"{r['job']:<8}" + "".join(f"{r[c]:11.3f}" for c in cols))
-print(f"{'median':<8}" + "".join(f"{med[c]:11.3f}" for c in cols))
-print("\nmedian per step (the broker's log; `agent`: what the agent took beyond the join it starts alongside)")
-for s in ["submit"] + [s for s, _ in STEPS]:
-    print(f"  {s:<13}{med[s]:7.3f}")
+med = report("gpuq DAOS lifecycle", "job", 8, rows, ["submit"] + [s for s, _ in STEPS],
+             " (the broker's log; `agent`: what the agent took beyond the join it starts alongside)")
 print(f"\nmedian  total {med['total']:.2f} s   simulator waits {med['sim']:.2f} s   "
       f"orchestrator overhead {med['overhead']:.2f} s (target: under 1 s)")
 PY

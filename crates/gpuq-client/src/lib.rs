@@ -42,6 +42,15 @@ impl Client {
         &self.socket
     }
 
+    /// The whole body of an answer.
+    async fn body(&self, body: Incoming) -> Result<Bytes, ClientError> {
+        Ok(body
+            .collect()
+            .await
+            .map_err(|e| self.protocol(e))?
+            .to_bytes())
+    }
+
     fn protocol(&self, what: impl std::fmt::Display) -> ClientError {
         ClientError::Protocol {
             socket: self.socket.clone(),
@@ -109,12 +118,7 @@ impl Client {
             .map_err(|e| self.protocol(e))?;
         let resp = self.raw(method, path, body).await?;
         let status = resp.status();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| self.protocol(e))?
-            .to_bytes();
+        let bytes = self.body(resp.into_body()).await?;
         if !status.is_success() {
             return Err(api_error(status, &bytes));
         }
@@ -131,12 +135,7 @@ impl Client {
         let status = resp.status();
         let mut body = resp.into_body();
         if !status.is_success() {
-            let bytes = body
-                .collect()
-                .await
-                .map_err(|e| self.protocol(e))?
-                .to_bytes();
-            return Err(api_error(status, &bytes));
+            return Err(api_error(status, &self.body(body).await?));
         }
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| self.protocol(e))?;
@@ -178,12 +177,7 @@ impl Client {
                 .map_err(|e| self.protocol(e))?;
             return Ok(TokioIo::new(up));
         }
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| self.protocol(e))?
-            .to_bytes();
+        let bytes = self.body(resp.into_body()).await?;
         Err(api_error(status, &bytes))
     }
 }
