@@ -181,6 +181,15 @@ fn a_cleanup_failure_holds_every_job_until_recover_succeeds() {
     std::fs::remove_file(s.state().join("blocked.json")).unwrap();
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(s.b.state(queued), "queued");
+    // Nor is a lease pointer that cannot be read: the gate fails closed.
+    let active = s.state().join("active.json");
+    let pointer = std::fs::read(&active).unwrap();
+    std::fs::write(&active, "{garbage").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(queued), "queued");
+    let list = stdout(&s.b.gpuq(ROOT, &["list"]));
+    assert!(list.contains("active.json"), "{list}");
+    std::fs::write(&active, &pointer).unwrap();
     // A user may not recover.
     let r = s.b.gpuq(Some(&alice()), &["recover"]);
     assert!(!r.status.success());

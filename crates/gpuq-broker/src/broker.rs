@@ -552,29 +552,22 @@ impl Broker {
     }
 
     async fn tick(self: &Arc<Self>) -> Result<(), ApiError> {
-        if let Some(l) = self.daos.as_ref().and_then(|d| d.active()) {
+        // One look at each input: the whole decision is made on it (a hold
+        // file deleted between two looks must not open the gate).
+        let hold = self.hold_state();
+        let running = !self.running_guard().is_empty();
+        if !running && hold.is_none() {
             // An unreleased lease closes the gate even if `blocked.json` is
-            // missing (deleted by hand is not a way out: fail closed). Only
-            // its job's own supervisor or `recover` moves it on.
-            if self.running_guard().is_empty() && self.hold_state().is_none() {
-                let why = match &l.phase {
-                    gpuq_lease::Phase::Held { reason, .. } => format!(
-                        "DAOS lease {} is held ({reason}); run `sudo gpuq recover`",
-                        l.lease
-                    ),
-                    _ => format!(
-                        "DAOS lease {} is not released; `sudo gpuq recover` cleans it up",
-                        l.lease
-                    ),
-                };
+            // missing (deleted by hand is not a way out), and so does a lease
+            // pointer that cannot be read: fail closed. Only the lease's own
+            // supervisor or `recover` moves it on.
+            if let Some(why) = self.daos.as_ref().and_then(|d| d.unreleased()) {
                 *self.gate_reason.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
                 return Ok(());
             }
         }
         let queued = self.store.queue()?;
         let lock = self.lock_state();
-        let hold = self.hold_state();
-        let running = !self.running_guard().is_empty();
         // Ask the GPU only when its answer matters.
         let gpu = if queued.is_empty() || running || hold.is_some() {
             Ok(None)

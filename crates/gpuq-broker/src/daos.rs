@@ -202,6 +202,43 @@ impl Daos {
         self.store.load(v["lease"].as_str()?).ok()
     }
 
+    /// Why the gate stays closed for a lease that is not released, if one
+    /// is: its phase, or — when `active.json` exists but it or its lease
+    /// record cannot be read — that (fail closed).
+    pub fn unreleased(&self) -> Option<String> {
+        let pointer = self.store_dir().join("active.json");
+        let bytes = match std::fs::read(&pointer) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                return Some(format!(
+                    "{} is unreadable ({e}); an operator must look",
+                    pointer.display()
+                ))
+            }
+            Ok(b) => b,
+        };
+        let lease = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["lease"].as_str().map(str::to_string));
+        let Some(name) = lease else {
+            return Some(format!(
+                "{} names no lease; an operator must look",
+                pointer.display()
+            ));
+        };
+        Some(match self.store.load(&name) {
+            Err(e) => format!("DAOS lease {name}: {e}; an operator must look"),
+            Ok(l) => match &l.phase {
+                Phase::Held { reason, .. } => {
+                    format!("DAOS lease {name} is held ({reason}); run `sudo gpuq recover`")
+                }
+                // Released, the pointer about to go.
+                Phase::Released => return None,
+                _ => format!("DAOS lease {name} is not released; `sudo gpuq recover` cleans it up"),
+            },
+        })
+    }
+
     fn store_dir(&self) -> PathBuf {
         self.store.dir().to_path_buf()
     }
