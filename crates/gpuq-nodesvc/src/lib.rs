@@ -1,8 +1,8 @@
 //! The node helper's service (`gpuq-node serve`): everything that happens on
 //! one storage node for one DAOS lease.
 //!
-//! - [`procscan`] and [`ports`]: what runs and listens in *this node's*
-//!   network namespace (on the test cluster several nodes share one kernel,
+//! - [`procscan`] and [`gpuq_sys::net`]: what runs and listens in *this
+//!   node's* network namespace (on the test cluster several nodes share one kernel,
 //!   so a node only looks at processes whose network namespace is its own —
 //!   in production that is the host's, so the rule is the same there);
 //! - [`profile`]: the `[profiles.NAME]` tables of `node.toml`;
@@ -11,7 +11,6 @@
 //!   `audit.jsonl` (fsync) — generic over [`gpuq_podman::Podman`].
 
 pub mod audit;
-pub mod ports;
 pub mod procscan;
 pub mod profile;
 pub mod server;

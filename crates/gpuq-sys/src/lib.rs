@@ -8,5 +8,6 @@
 #![allow(unsafe_code)]
 
 pub mod blk;
+pub mod net;
 pub mod proc;
 pub mod term;
