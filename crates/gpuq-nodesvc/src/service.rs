@@ -21,7 +21,6 @@
 //! succeeds and says so.
 
 use crate::audit;
-use crate::ports;
 use crate::procscan;
 use crate::profile::{Mode, Profile, ServiceConfig};
 use gpuq_daosconf::{Bdev, Engine, ServerConfig};
@@ -237,6 +236,12 @@ impl<P: Podman> NodeService<P> {
 
     /// Read-only: every reason this node cannot take `lease` now.
     pub async fn preflight(&self, req: &PreflightRequest) -> Result<PreflightReport, NodeError> {
+        Ok(self.check(req).await?.0)
+    }
+
+    /// [`NodeService::preflight`], and how many containers `req.lease`
+    /// already has here (fine for a preflight, refused by a start).
+    async fn check(&self, req: &PreflightRequest) -> Result<(PreflightReport, usize), NodeError> {
         Self::check_lease(&req.lease)?;
         let profile = self.profile(&req.profile)?;
         let mut findings = Vec::new();
@@ -290,7 +295,7 @@ impl<P: Podman> NodeService<P> {
             Ok(_) => {}
             Err(e) => find("check_failed", e.to_string()),
         }
-        match ports::listening() {
+        match gpuq_sys::net::tcp_listening_ports() {
             Ok(l) if l.contains(&profile.port) && ours.is_empty() => find(
                 "port_in_use",
                 format!("control port {} is already listening", profile.port),
@@ -340,19 +345,20 @@ impl<P: Podman> NodeService<P> {
                 Err(e) => find("check_failed", format!("block devices: {e}")),
             }
         }
-        Ok(PreflightReport {
+        let report = PreflightReport {
             node: self.node_name().to_string(),
             lease: req.lease.clone(),
             ok: findings.is_empty(),
             findings,
-        })
+        };
+        Ok((report, ours.len()))
     }
 
     pub async fn start(&self, lease: &str, req: &StartRequest) -> Result<StartReport, NodeError> {
         Self::check_lease(lease)?;
         let profile = self.profile(&req.profile)?.clone();
-        let pre = self
-            .preflight(&PreflightRequest {
+        let (pre, ours) = self
+            .check(&PreflightRequest {
                 lease: lease.to_string(),
                 profile: req.profile.clone(),
             })
@@ -363,7 +369,7 @@ impl<P: Podman> NodeService<P> {
                 findings: pre.findings,
             });
         }
-        if !self.our_containers(Some(lease)).await?.is_empty() {
+        if ours > 0 {
             return Err(NodeError::Refused(format!(
                 "lease {lease} already has containers on this node: stop it first"
             )));

@@ -381,6 +381,19 @@ async fn a_restarted_helper_reports_the_lease_and_can_clean_it() {
         .iter()
         .any(|c| c.id == started.container && c.role == "server"));
     assert!(status.pins.iter().all(|p| p.present), "{:?}", status.pins);
+    // A second start of L5 is refused; its server is untouched.
+    let e = fresh.start("L5", &start_req()).await.unwrap_err();
+    assert!(e.to_string().contains("already has containers"), "{e}");
+    let l5 = client
+        .container_list(&gpuq_podman::LabelFilter::lease("L5"))
+        .await
+        .unwrap();
+    assert_eq!(
+        l5.iter()
+            .map(|c| (c.id.as_str(), c.state.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(started.container.as_str(), "running")]
+    );
     // Another lease is refused while L5 is held.
     let e = fresh.stop("L6").await.unwrap_err();
     assert!(e.to_string().contains("holds lease L5"), "{e}");
