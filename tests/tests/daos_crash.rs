@@ -93,6 +93,16 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
         );
         let list = stdout(&s.b.gpuq(ROOT, &["list"]));
         assert!(list.contains("HOLD"), "{step}: {list}");
+        // Before `dmg system stop`, the admin container it runs in is
+        // killed (as by a reboot) or removed: recover makes it again.
+        let admin_gone = match *step {
+            "before_stop_agent" => Some("killed"),
+            "before_system_stop" => Some("removed"),
+            _ => None,
+        };
+        if let Some(how) = admin_gone {
+            end_admin(&s, how);
+        }
         let r = s.b.gpuq(ROOT, &["recover"]);
         assert!(
             r.status.success(),
@@ -101,8 +111,47 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
             s.log(daos)
         );
         s.expect_end(next, "completed", 60);
+        if let Some(how) = admin_gone {
+            let log = s.log(daos);
+            assert!(
+                log.contains("cleanup system_stop: 4 rank(s) stopped"),
+                "{step}: admin {how}: {log}"
+            );
+        }
         s.assert_clean();
         eprintln!("{step}: held after the crash, clean after recover");
+    }
+}
+
+/// Kill (`how` = "killed") or remove the lease's admin container on cxl2.
+fn end_admin(s: &Site, how: &str) {
+    let admin = s
+        .containers("cxl2")
+        .into_iter()
+        .filter_map(|c| c.split(' ').next().map(str::to_string))
+        .find(|n| n.ends_with("-admin"))
+        .unwrap_or_else(|| panic!("no admin container on cxl2: {:?}", s.containers("cxl2")));
+    let (method, path) = match how {
+        "killed" => (
+            "POST",
+            format!("/v4.0.0/libpod/containers/{admin}/kill?signal=KILL"),
+        ),
+        _ => (
+            "DELETE",
+            format!("/v4.0.0/libpod/containers/{admin}?force=true"),
+        ),
+    };
+    let (code, body) = s.c.http(&s.c.podman_sock("cxl2"), method, &path, None);
+    assert!(code < 300, "{how} {admin}: {code} {body}");
+    if how == "killed" {
+        assert!(
+            eventually(10, || s
+                .containers("cxl2")
+                .iter()
+                .any(|c| c.starts_with(&admin) && !c.contains("running"))),
+            "{admin} still runs: {:?}",
+            s.containers("cxl2")
+        );
     }
 }
 

@@ -84,6 +84,9 @@ impl LocalSteps for Local<'_> {
 
     async fn alongside(&self, lease: &Lease, step: CleanupStep) -> Result<Option<String>, String> {
         match step {
+            // The agent's process is gone (StopAgent confirmed it); its
+            // container goes while `dmg system stop` runs.
+            CleanupStep::SystemStop => self.host.remove_agent(&lease.lease).await.map(Some),
             // After the servers are stopped (the wipe is light on the nodes;
             // done while they stop, the removal competed with theirs).
             CleanupStep::Wipe => self.host.remove_admin(&lease.lease).await.map(Some),
@@ -151,10 +154,10 @@ impl Daos {
         let p = self
             .profile(profile)
             .ok_or_else(|| format!("profile '{profile}' is not configured"))?;
-        Ok(Host {
-            podman_socket: self.cfg.podman_socket.clone(),
-            run_dir: self.cfg.run_dir.clone(),
-            profile: HostProfile {
+        Ok(Host::new(
+            self.cfg.podman_socket.clone(),
+            self.cfg.run_dir.clone(),
+            HostProfile {
                 image: ImageId::parse(&p.image).map_err(|e| e.to_string())?,
                 system: p.system.clone(),
                 port: p.port,
@@ -168,8 +171,7 @@ impl Daos {
                 join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
                 env: p.env.clone(),
             },
-            stop: None,
-        })
+        ))
     }
 
     fn lifecycle(&self, profile: &str) -> Lifecycle {

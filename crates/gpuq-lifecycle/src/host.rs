@@ -47,6 +47,9 @@ pub struct Host {
     /// prepared: the waits end at once, a Podman call in flight completes
     /// (so the cleanup that follows sees what it made). See [`Host::pause`].
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The Podman client, connected (and its API version checked) on first
+    /// use; every request opens its own connection to the socket.
+    client: std::sync::Arc<tokio::sync::OnceCell<LibpodClient>>,
 }
 
 const CONTROL_IN: &str = "/etc/daos/daos_control.yml";
@@ -57,6 +60,8 @@ const AGENT_DIR_IN: &str = "/var/run/daos_agent";
 /// test machine: the pause only keeps a slow system from being asked back
 /// to back.
 const POLL: Duration = Duration::from_millis(20);
+/// How long the agent has after SIGTERM before SIGKILL.
+const AGENT_GRACE: Duration = Duration::from_secs(10);
 
 fn yaml_list(items: &[String]) -> String {
     let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
@@ -64,6 +69,16 @@ fn yaml_list(items: &[String]) -> String {
 }
 
 impl Host {
+    pub fn new(podman_socket: PathBuf, run_dir: PathBuf, profile: HostProfile) -> Self {
+        Host {
+            podman_socket,
+            run_dir,
+            profile,
+            stop: None,
+            client: Default::default(),
+        }
+    }
+
     pub fn lease_dir(&self, lease: &str) -> PathBuf {
         self.run_dir.join(lease)
     }
@@ -128,8 +143,10 @@ impl Host {
     }
 
     async fn podman(&self) -> Result<LibpodClient, String> {
-        LibpodClient::connect(&self.podman_socket)
+        self.client
+            .get_or_try_init(|| LibpodClient::connect(&self.podman_socket))
             .await
+            .cloned()
             .map_err(|e| format!("local Podman ({}): {e}", self.podman_socket.display()))
     }
 
@@ -236,15 +253,22 @@ impl Host {
         Ok(r)
     }
 
-    /// `dmg -j ARGS` in the admin container: the JSON envelope.
+    /// `dmg -j ARGS` in the admin container: the JSON envelope. The admin
+    /// container is made (or started) again only when it is missing or
+    /// stopped (a `recover` after a reboot); otherwise one exec.
     async fn dmg(&self, pm: &LibpodClient, lease: &str, args: &[&str]) -> Result<Value, String> {
-        let admin = self.admin(pm, lease).await?;
+        let admin = Self::admin_name(lease);
         let mut cmd = vec!["dmg", "-o", CONTROL_IN, "-j"];
         cmd.extend_from_slice(args);
-        let out = pm
-            .container_exec(&admin, &ExecSpec::new(cmd))
-            .await
-            .map_err(|e| format!("dmg {}: {e}", args.join(" ")))?;
+        let spec = ExecSpec::new(cmd);
+        let out = match pm.container_exec(&admin, &spec).await {
+            Err(e) if e.is_not_found() || matches!(e, gpuq_podman::Error::Conflict { .. }) => {
+                self.admin(pm, lease).await?;
+                pm.container_exec(&admin, &spec).await
+            }
+            r => r,
+        }
+        .map_err(|e| format!("dmg {}: {e}", args.join(" ")))?;
         let stdout = out.output.stream(LogStream::Stdout);
         serde_json::from_slice(&stdout).map_err(|e| {
             let stderr = String::from_utf8_lossy(&out.output.stream(LogStream::Stderr))
@@ -494,9 +518,39 @@ impl Host {
         self.remove_role(lease, Role::Client, None).await
     }
 
-    /// Cleanup step: the agent.
+    /// Cleanup step: the agent. SIGTERM while the servers are up (it
+    /// evicts its pool handles; daos.md), confirmed by its process leaving
+    /// (seen in `/proc`, or Podman's own stop where it cannot be seen). The
+    /// stopped container is removed alongside `dmg system stop`
+    /// ([`Host::remove_agent`]).
     pub async fn stop_agent(&self, lease: &str) -> Result<String, String> {
-        self.remove_role(lease, Role::Agent, Some(Duration::from_secs(10)))
+        let pm = self.podman().await?;
+        let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, Role::Agent.as_str());
+        let list = pm
+            .container_list(&filter)
+            .await
+            .map_err(|e| format!("list agent containers: {e}"))?;
+        let mut stopped = Vec::new();
+        for c in list.iter().filter(|c| c.state == "running") {
+            let name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
+            match gpuq_podman::stop_local(&pm, &c.id, AGENT_GRACE).await {
+                Ok(how) => stopped.push(format!("{name} ({how})")),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(format!("stop {name}: {e}")),
+            }
+        }
+        Ok(if stopped.is_empty() {
+            "no running agent".to_string()
+        } else {
+            format!("stopped {}", stopped.join(", "))
+        })
+    }
+
+    /// The agent's container, stopped by [`Host::stop_agent`], removed
+    /// while `dmg system stop` runs (stopped first if it runs again, e.g.
+    /// after a restart); confirmed like every removal.
+    pub async fn remove_agent(&self, lease: &str) -> Result<String, String> {
+        self.remove_role(lease, Role::Agent, Some(AGENT_GRACE))
             .await
     }
 

@@ -46,9 +46,10 @@ pub trait LocalSteps: Send + Sync {
     /// `SystemStop`) and say what was confirmed; an error holds the lease.
     async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String>;
 
-    /// The broker's own part of a node step (`StopServers`, `Wipe`), done
-    /// while the nodes do theirs; `Ok(None)`: nothing here. A failure holds
-    /// the lease like a node's.
+    /// The broker's own work done while a step runs (the nodes' part of
+    /// `StopServers` and `Wipe`, or [`LocalSteps::run`] of a broker step);
+    /// `Ok(None)`: nothing. A failure holds the lease at that step, like a
+    /// failure of the step itself.
     async fn alongside(
         &self,
         _lease: &Lease,
@@ -306,10 +307,19 @@ impl Lifecycle {
                 CleanupStep::KillJob
                 | CleanupStep::RemoveClients
                 | CleanupStep::StopAgent
-                | CleanupStep::SystemStop => local
-                    .run(l, step)
-                    .await
-                    .map_err(|e| vec![format!("broker: {e}")]),
+                | CleanupStep::SystemStop => {
+                    let (done, here) = tokio::join!(local.run(l, step), local.alongside(l, step));
+                    match (done, here) {
+                        (Ok(d), Ok(None)) => Ok(d),
+                        (Ok(d), Ok(Some(h))) => Ok(format!("{d}; {h}")),
+                        (d, h) => Err(d
+                            .err()
+                            .into_iter()
+                            .chain(h.err())
+                            .map(|e| format!("broker: {e}"))
+                            .collect()),
+                    }
+                }
                 CleanupStep::StopServers | CleanupStep::Wipe => {
                     let verb = if step == CleanupStep::Wipe {
                         "wipe"
