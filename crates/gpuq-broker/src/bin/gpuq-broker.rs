@@ -68,6 +68,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     let shim = std::env::current_exe()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Named for `top -H` and profiles (default: tokio-rt-worker).
+        .thread_name("gpuq-broker")
         .enable_all()
         .build()?;
     rt.block_on(gpuq_broker::run(cfg, shim))

@@ -20,6 +20,8 @@ pub fn run(cfg: ServiceConfig) -> Exit {
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Named for `top -H` and profiles (default: tokio-rt-worker).
+        .thread_name("gpuq-node")
         .enable_all()
         .build()
     {
