@@ -29,9 +29,13 @@
 #   sudo N=10 integration/bench/daos-lifecycle.sh
 # Env: N, GPUQ_BIN_DIR (default target/debug: gpuq, gpuq-broker, gpuq-node;
 # an absolute path), KEEP=DIR (keep the logs), GPUQ_LOG / GPUQ_NODE_LOG
-# (e.g. info,gpuq_podman=debug: one line per Podman call with its time).
+# (e.g. info,gpuq_podman=debug: one line per Podman call with its time),
+# PERF_CPU=1 (with perf installed: sample every CPU while the jobs run and
+# print who used how much CPU per job; PERF_FREQ samples/s, default 499).
 set -euo pipefail
 N=${N:-5}
+export PERF_FREQ=${PERF_FREQ:-499} PERF_T1=
+perf_pid=
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=daos-lifecycle.sh
 . "$repo/integration/bench/lib-daos.sh"
@@ -61,6 +65,13 @@ daos_watch_logs
 mkdir -p "$B/w"
 cd "$B/w"
 : >"$B/runs.tsv"
+# PERF_CPU=1: sample every CPU while the jobs run (ours: ended by PID).
+if [ -n "${PERF_CPU:-}" ]; then
+    command -v perf >/dev/null || { echo "$me: PERF_CPU needs perf (apt-get install linux-perf)" >&2; exit 1; }
+    perf record -q -a -e cpu-clock -F "$PERF_FREQ" -o "$B/perf.data" >"$B/perf.log" 2>&1 &
+    perf_pid=$!
+    sleep 0.5
+fi
 for i in $(seq "$N"); do
     t0=$EPOCHREALTIME
     id=$("$BIN/gpuq" submit --inst test -- true 2>/dev/null)
@@ -72,6 +83,13 @@ for i in $(seq "$N"); do
     printf '%s\t%s\n' "$id" "$t0" >>"$B/runs.tsv"
     echo "job $id done" >&2
 done
+if [ -n "${PERF_CPU:-}" ]; then
+    PERF_T1=$EPOCHREALTIME
+    kill -INT "$perf_pid"
+    wait "$perf_pid" || true
+    perf_pid=
+    perf script -i "$B/perf.data" -F comm,pid,time 2>/dev/null >"$B/perf.txt"
+fi
 
 python3 - "$B" "$repo/integration/bench" <<'PY'
 import glob, re, sys
@@ -115,4 +133,15 @@ med = report("gpuq DAOS lifecycle", "job", 8, rows, ["submit"] + [s for s, _ in 
              " (the broker's log; `agent`: what the agent took beyond the join it starts alongside)")
 print(f"\nmedian  total {med['total']:.2f} s   simulator waits {med['sim']:.2f} s   "
       f"orchestrator overhead {med['overhead']:.2f} s (target: under 1 s)")
+import os
+if os.path.exists(f"{B}/perf.txt"):
+    from daos_times import cpu_report
+    samples = []
+    for l in open(f"{B}/perf.txt"):
+        # COMM (may hold spaces)  PID  TIME:
+        head, pid, t = l.rsplit(None, 2)
+        samples.append((head.strip(), int(pid), float(t.rstrip(":"))))
+    first = float(open(f"{B}/runs.tsv").readline().split()[1])
+    cpu_report(samples, int(os.environ["PERF_FREQ"]), len(rows),
+               float(os.environ["PERF_T1"]) - first)
 PY

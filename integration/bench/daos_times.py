@@ -32,3 +32,50 @@ def report(title, key, width, rows, steps, steps_note):
     for s in steps:
         print(f"  {s:<13}{med[s]:7.3f}")
     return med
+
+
+# Who used the CPU while the jobs ran (PERF_CPU=1): `perf record -a`
+# samples, grouped by the sampled thread's name.
+CPU_GROUPS = [
+    ("gpuq (broker, nodes' helpers)", lambda c: c.startswith(("gpuq-broker", "gpuq-node"))),
+    ("runc (create, start, exec, kill, delete; runc init)", lambda c: c.startswith("runc") or c == "exe"),
+    ("conmon", lambda c: c == "conmon"),
+    ("simulator (daos_server, daos_agent, dmg)", lambda c: c.startswith(("daos_", "dmg"))),
+    ("ssh, sshd (node links)", lambda c: c in ("ssh", "sshd")),
+    ("bench harness (gpuq CLI polls, shell, python)",
+     lambda c: c in ("gpuq", "bash", "python3", "sed", "mv", "mkdir", "seq", "sleep", "perf")),
+]
+
+
+def cpu_report(samples, freq, jobs, wall):
+    """samples: (thread name, pid, time) of every sample; Podman's
+    services are the `podman` processes sampled across the whole run, the
+    others are its exit commands (`podman container cleanup`, one per
+    container that ends)."""
+    span = {}
+    for comm, pid, t in samples:
+        if comm == "podman":
+            a, b = span.get(pid, (t, t))
+            span[pid] = (min(a, t), max(b, t))
+    t0 = min(t for _, _, t in samples)
+    t1 = max(t for _, _, t in samples)
+    services = {p for p, (a, b) in span.items() if b - a > 0.5 * (t1 - t0)}
+    count = {}
+    for comm, pid, _ in samples:
+        if comm == "swapper":
+            g = "idle"
+        elif comm == "podman":
+            g = ("podman (the five API services)" if pid in services
+                 else "podman (exit commands: container cleanup)")
+        else:
+            g = next((name for name, f in CPU_GROUPS if f(comm)), "other (kernel threads, ...)")
+        count[g] = count.get(g, 0) + 1
+    per_job = {g: n / freq / jobs for g, n in count.items()}
+    busy = sum(v for g, v in per_job.items() if g != "idle")
+    print(f"\nCPU per job (seconds of CPU; {jobs} jobs, {wall / jobs:.2f} s of wall time each, "
+          f"{len(samples)} cpu-clock samples at {freq} Hz on every CPU)")
+    for g, v in sorted(per_job.items(), key=lambda kv: -kv[1]):
+        if g != "idle":
+            print(f"  {g:<52}{v:6.3f}  {v / busy:4.0%}")
+    print(f"  {'all busy':<52}{busy:6.3f}")
+    print(f"  {'idle':<52}{per_job.get('idle', 0):6.3f}")

@@ -83,6 +83,8 @@ daos_cleanup() {
     trap '' INT TERM
     set +e
     [ -n "$watcher" ] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
+    # daos-lifecycle.sh's PERF_CPU sampler, if a run ended while it ran.
+    [ -n "${perf_pid:-}" ] && kill -INT "$perf_pid" 2>/dev/null && wait "$perf_pid" 2>/dev/null
     if [ -n "$broker" ] && grep -qF "$B/broker.toml" "/proc/$broker/cmdline" 2>/dev/null; then
         kill -TERM "$broker"
         for i in $(seq 200); do kill -0 "$broker" 2>/dev/null || break; sleep 0.1; done
@@ -172,17 +174,24 @@ daos_start_broker() {
 # Podman (k8s-file log driver) deletes a container's log with the container:
 # hard-link each new one (same file system) into $B/ctrlogs/new so the
 # simulator's own log lines, with their timestamps, outlive cleanup.
+# One process polling every 50 ms (a shell loop forked `sleep` and `ln`
+# twenty times a second: CPU taken from the lifecycle it measures).
 _daos_watch_logs_loop() {
-    local f id
-    while :; do
-        for f in "$D"/{cxl2,da1,da2,da3,da4}/podman/root/overlay-containers/*/userdata/ctr.log; do
-            [ -e "$f" ] || continue
-            id=${f%/userdata/ctr.log}
-            id=${id##*/}
-            [ -e "$B/ctrlogs/new/$id.log" ] || ln "$f" "$B/ctrlogs/new/$id.log" 2>/dev/null || true
-        done
-        sleep 0.05
-    done
+    exec python3 -c '
+import glob, os, sys, time
+D, B = sys.argv[1], sys.argv[2]
+pat = [f"{D}/{h}/podman/root/overlay-containers/*/userdata/ctr.log"
+       for h in ("cxl2", "da1", "da2", "da3", "da4")]
+while True:
+    for p in pat:
+        for f in glob.glob(p):
+            cid = f.split("/")[-3]
+            try:
+                os.link(f, f"{B}/ctrlogs/new/{cid}.log")
+            except OSError:
+                pass  # linked already, or the log (or new/) is gone
+    time.sleep(0.05)
+' "$D" "$B"
 }
 daos_watch_logs() {
     mkdir -p "$B/ctrlogs/new"
