@@ -186,6 +186,24 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
 }
 
 #[test]
+fn a_jobs_end_is_seen_when_systemd_signals_it() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    // The broker reads the unit's state on its PropertiesChanged signals and
+    // otherwise only every 5 s (RECHECK): without the signal this 2 s job
+    // would be seen ended 5 s or more after its start.
+    let id = b.submit(Some(&a), &w, &["--", "sleep", "2"]);
+    let j = b.wait_state(id, "completed", 30);
+    let took = j["ended_at"].as_i64().unwrap() - j["started_at"].as_i64().unwrap();
+    assert!(
+        (2..=3).contains(&took),
+        "ended {took} s after its start: {j}"
+    );
+}
+
+#[test]
 fn jobs_systemd_cannot_start_fail_with_a_reason_not_an_exit_code() {
     require_systemd_box!();
     let b = SystemdBox::boot();

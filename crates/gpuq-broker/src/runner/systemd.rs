@@ -27,10 +27,11 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 const DEST: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
-/// How often a running job's unit state is read (two D-Bus property reads,
-/// one job at a time): its end is when the DAOS cleanup and the next job
-/// can start.
-const POLL: Duration = Duration::from_millis(50);
+/// A unit's state is read again when systemd signals a change of it
+/// (`PropertiesChanged`, sent once the broker has called `Subscribe`), and
+/// at least this often in case a signal was lost (a bus or systemd
+/// restart): a job's end is when the DAOS cleanup and the next job start.
+const RECHECK: Duration = Duration::from_secs(5);
 /// How long `start` waits for systemd to report the start job's result.
 const START_WAIT: Duration = Duration::from_secs(30);
 
@@ -119,7 +120,14 @@ impl SystemdRunner {
                 "cannot reach the system bus ({e}); on a host without systemd set broker.runner = \"direct\""
             ))
         })?;
-        Ok(SystemdRunner { conn })
+        let runner = SystemdRunner { conn };
+        // Without a subscriber systemd sends no unit signals on the system
+        // bus; with one, the bus daemon passes on only what we match.
+        runner
+            .manager("Subscribe", &())
+            .await
+            .map_err(|e| RunnerError::Systemd(format!("systemd refused Subscribe: {e}")))?;
+        Ok(runner)
     }
 
     async fn manager<B>(&self, method: &str, body: &B) -> Result<zbus::Message, zbus::Error>
@@ -203,6 +211,51 @@ impl SystemdRunner {
             self.string_prop(&path, unit, "ActiveState").await?,
             self.string_prop(&path, unit, "SubState").await?,
         )))
+    }
+
+    /// Until the unit's (ActiveState, SubState) satisfies `done` — `None`:
+    /// the unit is gone — or `within` has passed (`Err(None)`). Woken by
+    /// the unit's `PropertiesChanged` signals (listened for before the
+    /// first look, so none is missed), and every [`RECHECK`] anyway.
+    async fn until(
+        &self,
+        id: JobId,
+        within: Option<Duration>,
+        done: impl Fn(&str, &str) -> bool,
+    ) -> Result<Option<(String, String)>, Option<RunnerError>> {
+        use zbus::export::futures_util::StreamExt;
+        let Some(path) = self.unit(id).await.map_err(Some)? else {
+            return Ok(None);
+        };
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .path(path.as_str())
+            .and_then(|b| b.interface("org.freedesktop.DBus.Properties"))
+            .and_then(|b| b.member("PropertiesChanged"))
+            .map_err(|e| Some(err(e)))?
+            .build()
+            .to_owned();
+        let mut changes = zbus::MessageStream::for_match_rule(rule, &self.conn, Some(64))
+            .await
+            .map_err(|e| Some(err(e)))?;
+        let deadline = within.map(|w| tokio::time::Instant::now() + w);
+        loop {
+            match self.states(id).await.map_err(Some)? {
+                None => return Ok(None),
+                Some((active, sub)) if done(&active, &sub) => return Ok(Some((active, sub))),
+                Some(_) => {}
+            }
+            let mut wake = tokio::time::Instant::now() + RECHECK;
+            if let Some(d) = deadline {
+                if tokio::time::Instant::now() >= d {
+                    return Err(None);
+                }
+                wake = wake.min(d);
+            }
+            // A signal, or the time to look anyway; a closed stream (the
+            // connection is gone) leaves the next look to report it.
+            let _ = tokio::time::timeout_at(wake, changes.next()).await;
+        }
     }
 }
 
@@ -323,16 +376,19 @@ impl Runner for SystemdRunner {
     }
 
     async fn wait(&self, id: JobId) -> Result<Option<Outcome>, RunnerError> {
-        loop {
-            match self.states(id).await? {
-                None => return Ok(None),
-                Some((active, sub))
-                    if sub == "exited" || active == "failed" || active == "inactive" =>
-                {
-                    break
-                }
-                Some(_) => tokio::time::sleep(POLL).await,
-            }
+        let ended = self
+            .until(id, None, |active, sub| {
+                sub == "exited" || active == "failed" || active == "inactive"
+            })
+            .await
+            .map_err(|e| {
+                e.unwrap_or_else(|| RunnerError::State {
+                    id,
+                    what: "the wait for its end stopped".into(),
+                })
+            })?;
+        if ended.is_none() {
+            return Ok(None);
         }
         let outcome = match self.unit(id).await? {
             None => None,
@@ -366,17 +422,19 @@ impl Runner for SystemdRunner {
             .manager("KillUnit", &(unit_name(id), "all", libc::SIGKILL))
             .await;
         let _ = self.manager("StopUnit", &(unit_name(id), "replace")).await;
-        for _ in 0..200 {
-            match self.states(id).await? {
-                None => return Ok(()),
-                Some((active, _)) if active == "inactive" || active == "failed" => return Ok(()),
-                Some(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
+        match self
+            .until(id, Some(Duration::from_secs(10)), |active, _| {
+                active == "inactive" || active == "failed"
+            })
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(Some(e)) => Err(e),
+            Err(None) => Err(RunnerError::State {
+                id,
+                what: format!("{} did not stop within 10s", unit_name(id)),
+            }),
         }
-        Err(RunnerError::State {
-            id,
-            what: format!("{} did not stop within 10s", unit_name(id)),
-        })
     }
 
     async fn release(&self, id: JobId) -> Result<(), RunnerError> {
