@@ -249,6 +249,76 @@ async fn stop_local_sees_the_process_exit_on_sigterm_and_kills_one_that_ignores_
 }
 
 #[tokio::test]
+async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_containers_here() {
+    // A service in its own PID namespace reports PIDs of that namespace,
+    // as a Podman on another host would: in ours they name no process of
+    // the container (or another process entirely).
+    if gpuq_podman_harness::skip_reason().is_some() {
+        return;
+    }
+    let svc = PodmanService::start_in_own_pid_namespace();
+    let client = svc.client().await;
+    let image = TestImage::build("a", Some(TAG));
+    svc.load_image(&client, &image).await;
+
+    let polite = start_ready(
+        &client,
+        &spec(
+            "polite",
+            &image,
+            "trap 'exit 7' TERM; echo ready; while :; do sleep 1 & wait; done",
+        ),
+    )
+    .await;
+    let info = client.container_inspect(&polite).await.expect("inspect");
+    let here =
+        std::fs::read_to_string(format!("/proc/{}/cgroup", info.state.pid)).unwrap_or_default();
+    assert!(
+        !here.contains(&info.id),
+        "PID {} is the container's in our namespace too: the premise of this test failed",
+        info.state.pid
+    );
+    let how = gpuq_podman::stop_local(&client, &polite, Duration::from_secs(10))
+        .await
+        .expect("stop_local");
+    assert_eq!(how, gpuq_podman::Stopped::ByPodman);
+    // SIGTERM first (its own exit code), and stopped when stop_local returns.
+    assert!(
+        !client
+            .container_inspect(&polite)
+            .await
+            .expect("inspect")
+            .state
+            .running
+    );
+    assert_eq!(client.container_wait(&polite).await.expect("wait"), 7);
+    gpuq_podman::remove_stopped(&client, &polite)
+        .await
+        .expect("remove");
+
+    // Ignores SIGTERM: Podman's stop kills it after the grace, not before.
+    let stubborn = start_ready(
+        &client,
+        &spec("stubborn", &image, "trap '' TERM; echo ready; sleep 1000"),
+    )
+    .await;
+    let grace = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let how = gpuq_podman::stop_local(&client, &stubborn, grace)
+        .await
+        .expect("stop_local");
+    assert_eq!(how, gpuq_podman::Stopped::ByPodman);
+    assert!(
+        t0.elapsed() >= grace,
+        "killed after {:?}, before the grace",
+        t0.elapsed()
+    );
+    assert_eq!(client.container_wait(&stubborn).await.expect("wait"), 137);
+    // The stubborn one stays for the harness: its drop must remove it from
+    // inside the namespace.
+}
+
+#[tokio::test]
 async fn list_by_label_finds_ours_and_not_a_container_with_another_label() {
     let Some((_svc, client, image)) =
         ready("list_by_label_finds_ours_and_not_a_container_with_another_label").await

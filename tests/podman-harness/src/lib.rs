@@ -19,6 +19,14 @@
 //! tmpfs), by path, deepest first, and removes the dir.
 //! Only the harness runs the podman binary; the crate under test never does.
 //!
+//! [`PodmanService::start_in_own_pid_namespace`] runs the service as PID 1
+//! of a new PID and mount namespace (`unshare --pid --fork --kill-child
+//! --mount-proc`): the PIDs it reports are not ours, as with a Podman on
+//! another host or in another container. Its drop removes the containers
+//! from inside that namespace (`nsenter`), then SIGKILLs the `unshare` it
+//! started, whose `--kill-child` SIGKILLs the service; the kernel ends
+//! whatever else lived in the namespace with it, and its mounts go with it.
+//!
 //! Other crates' tests (the node helper's) use it too:
 //! `gpuq-podman = { path = "../gpuq-podman", features = ["testing"] }` under
 //! `[dev-dependencies]`. Never enable it in a production build: it runs the
@@ -96,12 +104,25 @@ pub struct PodmanService {
     child: Option<Child>,
     /// The service's API socket.
     pub socket: PathBuf,
+    /// Run under `unshare`, in its own PID and mount namespace.
+    own_pid_ns: bool,
 }
 
 impl PodmanService {
     /// Starts a service in a fresh temp dir and waits for its socket.
     /// Panics (with the service's log) if it does not come up.
     pub fn start() -> Self {
+        Self::start_with(false)
+    }
+
+    /// Like [`PodmanService::start`], with the service as PID 1 of its own
+    /// PID (and mount) namespace: the container PIDs it reports do not
+    /// name the containers' processes in ours.
+    pub fn start_in_own_pid_namespace() -> Self {
+        Self::start_with(true)
+    }
+
+    fn start_with(own_pid_ns: bool) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("gpuq-podman-test-")
             .tempdir_in("/tmp")
@@ -117,9 +138,19 @@ impl PodmanService {
             child: None,
             socket: socket.clone(),
             dir: Some(dir),
+            own_pid_ns,
         };
-        let child = svc
-            .podman()
+        let mut cmd = if own_pid_ns {
+            // unshare ignores SIGTERM while it waits; drop SIGKILLs it and
+            // --kill-child passes that on to the service.
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", "--kill-child", "--mount-proc", "podman"]);
+            c
+        } else {
+            Command::new("podman")
+        };
+        svc.podman_args(&mut cmd);
+        let child = cmd
             .args(["system", "service", "--time=0"])
             .arg(format!("unix://{}", socket.display()))
             .stdin(Stdio::null())
@@ -137,10 +168,39 @@ impl PodmanService {
         self.dir.as_ref().expect("dir lives until drop").path()
     }
 
-    /// A `podman` command on this service's storage (harness use only).
+    /// A `podman` command on this service's storage (harness use only), in
+    /// the service's namespaces when it has its own.
     fn podman(&self) -> Command {
+        let mut c = match self.service_pid() {
+            Some(pid) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--target={pid}"))
+                    .args(["--pid", "--mount", "podman"]);
+                c
+            }
+            None => Command::new("podman"),
+        };
+        self.podman_args(&mut c);
+        c
+    }
+
+    /// The service's PID (in ours) when it runs under `unshare`: the one
+    /// child of the `unshare` we started.
+    fn service_pid(&self) -> Option<u32> {
+        if !self.own_pid_ns {
+            return None;
+        }
+        let unshare = self.child.as_ref()?.id();
+        std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+
+    fn podman_args(&self, c: &mut Command) {
         let d = self.dir();
-        let mut c = Command::new("podman");
         c.arg("--root")
             .arg(d.join("root"))
             .arg("--runroot")
@@ -149,7 +209,6 @@ impl PodmanService {
             .arg(d.join("tmp"))
             .env("CONTAINERS_CONF", d.join("containers.conf"))
             .env("TMPDIR", d.join("vartmp"));
-        c
     }
 
     fn wait_ready(&mut self) {
@@ -313,10 +372,19 @@ impl Drop for PodmanService {
             ),
             Err(e) => eprintln!("harness: cannot run podman rm -af: {e}"),
         }
-        // 2. Kill exactly the service we started, and reap it.
+        // 2. Kill exactly the service we started, and reap it. Under
+        //    unshare: SIGKILL to unshare, which SIGKILLs the service (PID 1
+        //    of its namespace: the kernel ends the rest of the namespace).
+        let inner = self.service_pid();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(pid) = inner {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
         // 3. conmon processes and their cleanup commands: left alone, an exec
         //    session's conmon would run `podman --root <our dir> container
