@@ -316,3 +316,38 @@ fn a_caller_with_a_terminal_gets_a_tty_of_its_size() {
     assert_eq!(out, "NO-TTY\n");
     s.assert_clean();
 }
+
+#[test]
+fn ctrl_c_at_a_terminal_goes_to_the_command_like_ssh() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-int");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    // With a terminal the CLI puts it in raw mode: a typed ^C is a byte for
+    // the container's terminal, whose line discipline makes it SIGINT for
+    // the command (its trap answers). Without raw mode the CLI itself would
+    // get the SIGINT, end the session and answer 130.
+    let ready = w.join("ready");
+    let inner = format!(
+        "{g} daos-exec -- sh -c 'trap \\\"echo GOT-INT; exit 5\\\" INT; touch {r}; while :; do sleep 1; done'",
+        r = ready.display()
+    );
+    let script = format!(
+        "(while [ ! -e {r} ]; do sleep 0.1; done; sleep 0.5; printf '\\003'; sleep 10) \
+         | script -qec \"{inner}\" /dev/null > int.out; echo $? > rc",
+        r = ready.display()
+    );
+    let id = s.b.submit(
+        Some(&a),
+        &w,
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    s.expect_end(id, "completed", 120);
+    let out = std::fs::read_to_string(w.join("int.out")).unwrap_or_default();
+    let rc = std::fs::read_to_string(w.join("rc")).unwrap_or_default();
+    assert!(out.contains("GOT-INT"), "{out:?}\n{}", s.log(id));
+    assert_eq!(rc.trim(), "5", "{out:?}");
+    s.assert_clean();
+}
