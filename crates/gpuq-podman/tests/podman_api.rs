@@ -145,6 +145,34 @@ async fn start_ready(client: &LibpodClient, s: &ContainerSpec) -> String {
     id
 }
 
+/// A container that ignores SIGTERM, stopped by `stop_local` with a 1 s
+/// grace: it must end as `expected` says, killed (137) after the grace and
+/// not before. Returns its ID and the grace.
+async fn stop_stubborn(
+    client: &LibpodClient,
+    image: &TestImage,
+    expected: gpuq_podman::Stopped,
+) -> (String, Duration) {
+    let stubborn = start_ready(
+        client,
+        &spec("stubborn", image, "trap '' TERM; echo ready; sleep 1000"),
+    )
+    .await;
+    let grace = Duration::from_secs(1);
+    let t0 = Instant::now();
+    let how = gpuq_podman::stop_local(client, &stubborn, grace)
+        .await
+        .expect("stop_local");
+    assert_eq!(how, expected);
+    assert!(
+        t0.elapsed() >= grace,
+        "killed after {:?}, before the grace",
+        t0.elapsed()
+    );
+    assert_eq!(client.container_wait(&stubborn).await.expect("wait"), 137);
+    (stubborn, grace)
+}
+
 #[tokio::test]
 async fn stop_local_sees_the_process_exit_on_sigterm_and_kills_one_that_ignores_it() {
     let Some((_svc, client, image)) =
@@ -189,23 +217,7 @@ async fn stop_local_sees_the_process_exit_on_sigterm_and_kills_one_that_ignores_
         .expect("delete");
 
     // Ignores SIGTERM: killed after the grace period, not before.
-    let stubborn = start_ready(
-        &client,
-        &spec("stubborn2", &image, "trap '' TERM; echo ready; sleep 1000"),
-    )
-    .await;
-    let grace = Duration::from_secs(1);
-    let t0 = Instant::now();
-    let how = gpuq_podman::stop_local(&client, &stubborn, grace)
-        .await
-        .expect("stop_local");
-    assert_eq!(how, gpuq_podman::Stopped::Killed);
-    assert!(
-        t0.elapsed() >= grace,
-        "killed after {:?}, before the grace",
-        t0.elapsed()
-    );
-    assert_eq!(client.container_wait(&stubborn).await.expect("wait"), 137);
+    let (stubborn, grace) = stop_stubborn(&client, &image, gpuq_podman::Stopped::Killed).await;
     // Not running any more: nothing to do, nothing sent.
     assert_eq!(
         gpuq_podman::stop_local(&client, &stubborn, grace)
@@ -297,25 +309,9 @@ async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_c
         .expect("remove");
 
     // Ignores SIGTERM: Podman's stop kills it after the grace, not before.
-    let stubborn = start_ready(
-        &client,
-        &spec("stubborn", &image, "trap '' TERM; echo ready; sleep 1000"),
-    )
-    .await;
-    let grace = Duration::from_secs(1);
-    let t0 = Instant::now();
-    let how = gpuq_podman::stop_local(&client, &stubborn, grace)
-        .await
-        .expect("stop_local");
-    assert_eq!(how, gpuq_podman::Stopped::ByPodman);
-    assert!(
-        t0.elapsed() >= grace,
-        "killed after {:?}, before the grace",
-        t0.elapsed()
-    );
-    assert_eq!(client.container_wait(&stubborn).await.expect("wait"), 137);
-    // The stubborn one stays for the harness: its drop must remove it from
-    // inside the namespace.
+    // It stays for the harness: its drop must remove it from inside the
+    // namespace.
+    stop_stubborn(&client, &image, gpuq_podman::Stopped::ByPodman).await;
 }
 
 #[tokio::test]
