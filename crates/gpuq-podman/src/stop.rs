@@ -4,9 +4,10 @@
 //! container's process has exited (its exit is noticed through conmon and
 //! synced into Podman's state; measured in docs/benchmarks.md). When the
 //! Podman service runs on this host, in our PID namespace, we can watch the
-//! process ourselves: signal it through the API, see it go in `/proc`, and
-//! leave the removal to the caller's forced delete, which then has nothing
-//! left to kill. The process is identified by the PID Podman reports *and*
+//! process ourselves: signal it through the API, see it go from `/proc`
+//! (exited *and* reaped by conmon: before that Podman still takes the
+//! container for running), and leave the removal to the caller's forced
+//! delete, which then has nothing left to kill. The process is identified by the PID Podman reports *and*
 //! the container's ID in its `/proc/<pid>/cgroup`, and pinned by its start
 //! time, so a reused PID is never mistaken for it. Where that identification
 //! fails (a remote socket, another PID namespace) Podman's own stop does the
@@ -136,11 +137,16 @@ impl Process {
         }
     }
 
-    /// Exited: no such PID any more, a zombie, or another process now.
+    /// Exited and reaped: no such PID any more, or another process now.
+    /// A zombie is not gone yet: until conmon reaps it, runc (and so
+    /// Podman) still takes the container for running, and a forced delete
+    /// in that moment tries to kill it, fails half-way ("container state
+    /// improper") and has left the container's cgroups behind (seen in the
+    /// crash tests).
     fn gone(&self) -> bool {
         match stat(self.pid) {
             None => true,
-            Some((state, start)) => state == 'Z' || start != self.start_time,
+            Some((_, start)) => start != self.start_time,
         }
     }
 

@@ -314,6 +314,134 @@ async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_c
     stop_stubborn(&client, &image, gpuq_podman::Stopped::ByPodman).await;
 }
 
+/// SIGSTOPs a process for as long as it lives (SIGCONT on drop, also when
+/// the test fails).
+struct Paused(i64);
+
+impl Paused {
+    fn new(pid: i64) -> Self {
+        signal(pid, "STOP");
+        Paused(pid)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+fn signal(pid: i64, sig: &str) {
+    let st = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(st.success(), "kill -{sig} {pid}");
+}
+
+/// The parent of `pid` (field 4 of /proc/PID/stat, after the command name).
+fn parent_of(pid: i64) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    rest.split_whitespace()
+        .nth(1)
+        .expect("ppid")
+        .parse()
+        .expect("ppid")
+}
+
+/// The container's cgroup directories (cgroupfs manager: one per hierarchy).
+fn container_cgroups(id: &str) -> Vec<String> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .expect("/sys/fs/cgroup")
+        .filter_map(|c| {
+            let p = c
+                .ok()?
+                .path()
+                .join("libpod_parent")
+                .join(format!("libpod-{id}"));
+            p.exists().then(|| p.display().to_string())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn stop_local_returns_once_the_process_is_reaped_and_one_forced_delete_then_removes_all() {
+    let Some((_svc, client, image)) = ready(
+        "stop_local_returns_once_the_process_is_reaped_and_one_forced_delete_then_removes_all",
+    )
+    .await
+    else {
+        return;
+    };
+    // Until conmon reaps the container's process, runc — and so Podman —
+    // takes the container for running; a forced delete in that moment tries
+    // to kill it, fails half-way and has left its cgroups behind (the crash
+    // tests). Make that moment long: conmon is stopped while the process
+    // exits, so it stays a zombie.
+    let id = start_ready(
+        &client,
+        &spec(
+            "polite",
+            &image,
+            "trap 'exit 0' TERM; echo ready; while :; do sleep 1 & wait; done",
+        ),
+    )
+    .await;
+    assert!(
+        !container_cgroups(&id).is_empty(),
+        "no cgroup of {id} found"
+    );
+    let pid = client
+        .container_inspect(&id)
+        .await
+        .expect("inspect")
+        .state
+        .pid;
+    let conmon = Paused::new(parent_of(pid));
+    let stop = {
+        let client = client.clone();
+        let id = id.clone();
+        tokio::spawn(
+            async move { gpuq_podman::stop_local(&client, &id, Duration::from_secs(10)).await },
+        )
+    };
+    let zombie =
+        || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !zombie() {
+        assert!(
+            Instant::now() < deadline,
+            "process {pid} did not exit on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !stop.is_finished(),
+        "stop_local returned while process {pid} was an unreaped zombie"
+    );
+    drop(conmon);
+    let how = tokio::time::timeout(Duration::from_secs(10), stop)
+        .await
+        .expect("stop_local did not return after the reap")
+        .expect("task")
+        .expect("stop_local");
+    assert_eq!(how, gpuq_podman::Stopped::Exited);
+    client
+        .container_delete(&id, true)
+        .await
+        .expect("the first delete after stop_local");
+    assert!(client
+        .container_inspect(&id)
+        .await
+        .unwrap_err()
+        .is_not_found());
+    let left = container_cgroups(&id);
+    assert!(left.is_empty(), "cgroups left: {left:?}");
+}
+
 #[tokio::test]
 async fn list_by_label_finds_ours_and_not_a_container_with_another_label() {
     let Some((_svc, client, image)) =
