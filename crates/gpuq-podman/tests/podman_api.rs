@@ -127,6 +127,13 @@ async fn stop_kills_a_container_that_ignores_sigterm_after_the_grace_period() {
     client.container_stop(&id, grace).await.expect("stop again");
 }
 
+/// A container that exits with `code` on SIGTERM (its own exit code: proof
+/// the TERM reached it), started and ready.
+async fn start_polite(client: &LibpodClient, image: &TestImage, code: i32) -> String {
+    let script = format!("trap 'exit {code}' TERM; echo ready; while :; do sleep 1 & wait; done");
+    start_ready(client, &spec("polite", image, &script)).await
+}
+
 /// Start `s` and wait until it printed `ready` (its trap is in place).
 async fn start_ready(client: &LibpodClient, s: &ContainerSpec) -> String {
     let id = client.container_create(s).await.expect("create");
@@ -181,15 +188,7 @@ async fn stop_local_sees_the_process_exit_on_sigterm_and_kills_one_that_ignores_
         return;
     };
     // Exits on SIGTERM, with its own exit code: proof the TERM reached it.
-    let polite = start_ready(
-        &client,
-        &spec(
-            "polite",
-            &image,
-            "trap 'exit 7' TERM; echo ready; while :; do sleep 1 & wait; done",
-        ),
-    )
-    .await;
+    let polite = start_polite(&client, &image, 7).await;
     let pid = client
         .container_inspect(&polite)
         .await
@@ -273,15 +272,7 @@ async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_c
     let image = TestImage::build("a", Some(TAG));
     svc.load_image(&client, &image).await;
 
-    let polite = start_ready(
-        &client,
-        &spec(
-            "polite",
-            &image,
-            "trap 'exit 7' TERM; echo ready; while :; do sleep 1 & wait; done",
-        ),
-    )
-    .await;
+    let polite = start_polite(&client, &image, 7).await;
     let info = client.container_inspect(&polite).await.expect("inspect");
     let here =
         std::fs::read_to_string(format!("/proc/{}/cgroup", info.state.pid)).unwrap_or_default();
@@ -380,15 +371,7 @@ async fn stop_local_returns_once_the_process_is_reaped_and_one_forced_delete_the
     // to kill it, fails half-way and has left its cgroups behind (the crash
     // tests). Make that moment long: conmon is stopped while the process
     // exits, so it stays a zombie.
-    let id = start_ready(
-        &client,
-        &spec(
-            "polite",
-            &image,
-            "trap 'exit 0' TERM; echo ready; while :; do sleep 1 & wait; done",
-        ),
-    )
-    .await;
+    let id = start_polite(&client, &image, 0).await;
     assert!(
         !container_cgroups(&id).is_empty(),
         "no cgroup of {id} found"
