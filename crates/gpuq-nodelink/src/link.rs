@@ -1,11 +1,13 @@
 //! One node's link: an SSH master and two unix-socket forwards, supervised.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use openssh::{ForwardType, KnownHosts, Session, SessionBuilder};
+use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -368,6 +370,9 @@ impl Drop for NodeLink {
 struct Established {
     session: Option<Session>,
     master_pid: Option<u32>,
+    /// Readable once the master has exited (a pidfd): its death is seen at
+    /// once, not at the next health look. `None` if its PID was not known.
+    master_exit: Option<AsyncFd<OwnedFd>>,
     node_sock: PathBuf,
     podman_sock: PathBuf,
 }
@@ -574,12 +579,19 @@ impl Inner {
     }
 
     /// Until the link fails: the master answers on its control socket and
-    /// Podman answers `_ping` through the forward.
+    /// Podman answers `_ping` through the forward (looked at every health
+    /// interval, or when asked); the master's exit ends it at once.
     async fn watch(&self, est: &Established) -> Error {
         loop {
             tokio::select! {
                 _ = tokio::time::sleep(self.timings.health_interval) => {}
                 _ = self.check_now.notified() => {}
+                _ = exited(est.master_exit.as_ref()) => {
+                    return Error::Lost {
+                        node: self.node(),
+                        detail: "ssh master exited".into(),
+                    };
+                }
             }
             let Some(session) = est.session.as_ref() else {
                 return Error::Closed { node: self.node() };
@@ -756,13 +768,15 @@ impl Inner {
             }
         };
         let s = self.sockets();
-        let pid = match openssh_mux_client::Connection::connect(session.control_socket()).await {
-            Ok(mut c) => c.send_alive_check().await.ok().map(|p| p.get()),
-            Err(_) => None,
+        let pid = master_pid(session.control_socket()).await;
+        let master_exit = match pid {
+            Some(p) => watch_exit(session.control_socket(), p).await,
+            None => None,
         };
         let est = Established {
             session: Some(session),
             master_pid: pid,
+            master_exit,
             node_sock: s.node_sock.clone(),
             podman_sock: s.podman_sock.clone(),
         };
@@ -870,6 +884,39 @@ impl Inner {
         });
         tracing::info!(node = %self.cfg.name, ?master, ?forward, ?verify, "node link established");
         Ok(est)
+    }
+}
+
+/// The master's PID, as it reports it on its control socket.
+async fn master_pid(ctl: &Path) -> Option<u32> {
+    match openssh_mux_client::Connection::connect(ctl).await {
+        Ok(mut c) => c.send_alive_check().await.ok().map(|p| p.get()),
+        Err(_) => None,
+    }
+}
+
+/// A pidfd on the master `pid`, kept only if the master still answers with
+/// that PID after it was opened (so it cannot name a process that reused
+/// the PID in between).
+async fn watch_exit(ctl: &Path, pid: u32) -> Option<AsyncFd<OwnedFd>> {
+    let fd = gpuq_sys::proc::pidfd_open(pid).ok()?;
+    if master_pid(ctl).await != Some(pid) {
+        return None;
+    }
+    // Deprecated in favour of the `unsafe` `register` (tokio #8587: `new`
+    // trusts the inner value's raw fd to stay its own). An `OwnedFd` owns
+    // its descriptor and closes it only when dropped, after the AsyncFd has
+    // deregistered it, so the safe constructor is sound here — and gpuq
+    // keeps `unsafe` in gpuq-sys.
+    #[allow(deprecated)]
+    AsyncFd::new(fd).ok()
+}
+
+/// Resolves when the watched process has exited; never without a watch.
+async fn exited(fd: Option<&AsyncFd<OwnedFd>>) {
+    match fd {
+        Some(fd) if fd.readable().await.is_ok() => {}
+        _ => std::future::pending().await,
     }
 }
 

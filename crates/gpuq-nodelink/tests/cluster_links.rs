@@ -527,8 +527,8 @@ fn ensure_up_looks_again_and_never_hands_out_a_dead_master() {
                 while alive(pid) {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
-                // The state still says up (nobody looked); ensure_up looks,
-                // finds the master gone and makes a new one before answering.
+                // Whether the master's exit (pidfd) or ensure_up's own look
+                // sees it first, ensure_up answers only with a new master.
                 let socks = link
                     .ensure_up(Duration::from_secs(15))
                     .await
@@ -539,6 +539,43 @@ fn ensure_up_looks_again_and_never_hands_out_a_dead_master() {
                 assert_eq!(status["node"], "da2", "{status}");
                 let (_, e) = link.stats().last_error.expect("the loss is recorded");
                 assert!(e.contains("master"), "{e}");
+                link.close().await;
+            });
+        },
+    );
+}
+
+#[test]
+fn a_masters_exit_takes_the_link_down_at_once_and_it_comes_back_by_itself() {
+    cluster_test(
+        "a_masters_exit_takes_the_link_down_at_once_and_it_comes_back_by_itself",
+        |ctx| {
+            rt().block_on(async {
+                // Health looks a minute apart and nobody calls ensure_up:
+                // only the watch on the master's process can see its death.
+                let slow = Timings {
+                    health_interval: Duration::from_secs(60),
+                    ..timings()
+                };
+                let link =
+                    NodeLink::new(ctx.config("da4", &ctx.known_hosts()), slow).expect("config");
+                link.start();
+                wait_state(&link, "up", Duration::from_secs(15)).await;
+                let pid = link.master_pid().expect("pid");
+                let before = link.stats().failures;
+                let st = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(st.success());
+                let noticed = wait_for_failure(&link, before, Duration::from_secs(2)).await;
+                let (_, e) = link.stats().last_error.expect("the loss is recorded");
+                println!("TIMING master killed -> link down {noticed:?}: {e}");
+                assert!(e.contains("da4") && e.contains("ssh master exited"), "{e}");
+                // Re-made after the backoff, without anyone asking.
+                wait_state(&link, "up", Duration::from_secs(15)).await;
+                let new_pid = link.master_pid().expect("new pid");
+                assert_ne!(new_pid, pid);
                 link.close().await;
             });
         },

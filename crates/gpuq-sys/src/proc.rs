@@ -1,10 +1,11 @@
-//! Process helpers: the peer's supplementary groups from a unix socket, and the
-//! `pre_exec` hook that places a child in its cgroup and drops it to the
-//! submitter's identity before `exec`.
+//! Process helpers: the peer's supplementary groups from a unix socket, a
+//! pidfd that says when a process (not our child) exits, and the `pre_exec`
+//! hook that places a child in its cgroup and drops it to the submitter's
+//! identity before `exec`.
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -40,6 +41,28 @@ pub fn peer_groups(fd: RawFd) -> io::Result<Vec<u32>> {
         }
         return Err(err);
     }
+}
+
+/// A pidfd for the process `pid` (`pidfd_open(2)`, Linux ≥ 5.3). It turns
+/// readable (poll, epoll) when that process exits, also when it is not our
+/// child, and unlike the PID it never comes to name another process. Who
+/// got the PID from elsewhere must check afterwards that it is still the
+/// process meant: the PID may have been reused before the open.
+pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid)
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: pidfd_open takes a PID and flags by value and returns a new
+    // file descriptor or -1; no memory is shared with the kernel.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: `fd` was just returned by the kernel for us and nothing else
+    // owns it; the OwnedFd closes it once.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// What the child becomes between `fork` and `exec`.
@@ -116,5 +139,45 @@ pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
     // was allocated before the fork; it allocates nothing and takes no locks.
     unsafe {
         cmd.pre_exec(hook);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+
+    fn readable(fd: &OwnedFd, ms: u16) -> bool {
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::from(ms)).expect("poll") == 1
+    }
+
+    #[test]
+    fn a_pidfd_turns_readable_when_its_process_exits() {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let fd = pidfd_open(child.id()).expect("pidfd_open");
+        assert!(!readable(&fd, 50), "readable while the process runs");
+        child.kill().expect("kill");
+        assert!(readable(&fd, 5_000), "not readable after the exit");
+        child.wait().expect("reap");
+    }
+
+    #[test]
+    fn no_process_or_an_impossible_pid_is_an_error() {
+        // PIDs above pid_max (at most 2^22) never exist.
+        let e = pidfd_open(i32::MAX as u32).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH), "{e}");
+        assert_eq!(
+            pidfd_open(0).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            pidfd_open(u32::MAX).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
     }
 }
