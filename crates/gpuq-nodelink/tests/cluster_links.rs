@@ -392,11 +392,7 @@ fn lost_links_go_down_with_the_error_and_come_back_with_backoff() {
                 let da1 = links.get("da1").expect("da1");
                 let pid = da1.master_pid().expect("pid");
                 let t = Instant::now();
-                let st = Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status()
-                    .expect("kill");
-                assert!(st.success());
+                kill9(pid);
                 // Down and back up can both happen between two looks at the
                 // state: the stats count every failure.
                 let before = da1.stats();
@@ -509,21 +505,14 @@ fn ensure_up_looks_again_and_never_hands_out_a_dead_master() {
         "ensure_up_looks_again_and_never_hands_out_a_dead_master",
         |ctx| {
             rt().block_on(async {
-                // Health checks a minute apart: only ensure_up's own look can
-                // notice the master's death in time.
-                let slow = Timings {
-                    health_interval: Duration::from_secs(60),
-                    ..timings()
-                };
+                // Health checks a minute apart: ensure_up's own look (or the
+                // watch on the master's exit) must notice the death.
+                let slow = slow_health();
                 let link =
                     NodeLink::new(ctx.config("da2", &ctx.known_hosts()), slow).expect("config");
                 link.ensure_up(Duration::from_secs(15)).await.expect("up");
                 let pid = link.master_pid().expect("pid");
-                let st = Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status()
-                    .expect("kill");
-                assert!(st.success());
+                kill9(pid);
                 while alive(pid) {
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
@@ -553,21 +542,14 @@ fn a_masters_exit_takes_the_link_down_at_once_and_it_comes_back_by_itself() {
             rt().block_on(async {
                 // Health looks a minute apart and nobody calls ensure_up:
                 // only the watch on the master's process can see its death.
-                let slow = Timings {
-                    health_interval: Duration::from_secs(60),
-                    ..timings()
-                };
+                let slow = slow_health();
                 let link =
                     NodeLink::new(ctx.config("da4", &ctx.known_hosts()), slow).expect("config");
                 link.start();
                 wait_state(&link, "up", Duration::from_secs(15)).await;
                 let pid = link.master_pid().expect("pid");
                 let before = link.stats().failures;
-                let st = Command::new("kill")
-                    .args(["-9", &pid.to_string()])
-                    .status()
-                    .expect("kill");
-                assert!(st.success());
+                kill9(pid);
                 let noticed = wait_for_failure(&link, before, Duration::from_secs(2)).await;
                 let (_, e) = link.stats().last_error.expect("the loss is recorded");
                 println!("TIMING master killed -> link down {noticed:?}: {e}");
@@ -607,6 +589,24 @@ fn helper_a_broker_that_dies_with_its_link_up() {
 }
 
 /// Wait until the link has failed more than `failures` times; returns when.
+/// Health looks a minute apart: what a test sees sooner, something else
+/// noticed.
+fn slow_health() -> Timings {
+    Timings {
+        health_interval: Duration::from_secs(60),
+        ..timings()
+    }
+}
+
+/// SIGKILL a process we know by its PID (an ssh master).
+fn kill9(pid: u32) {
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(st.success(), "kill -9 {pid}");
+}
+
 async fn wait_for_failure(link: &NodeLink, failures: u64, within: Duration) -> Duration {
     let t = Instant::now();
     while link.stats().failures <= failures {
