@@ -1,13 +1,12 @@
 //! One node's link: an SSH master and two unix-socket forwards, supervised.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use gpuq_sys::proc::ProcessExit;
 use openssh::{ForwardType, KnownHosts, Session, SessionBuilder};
-use tokio::io::unix::AsyncFd;
 use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 
@@ -372,7 +371,7 @@ struct Established {
     master_pid: Option<u32>,
     /// Readable once the master has exited (a pidfd): its death is seen at
     /// once, not at the next health look. `None` if its PID was not known.
-    master_exit: Option<AsyncFd<OwnedFd>>,
+    master_exit: Option<ProcessExit>,
     node_sock: PathBuf,
     podman_sock: PathBuf,
 }
@@ -895,27 +894,19 @@ async fn master_pid(ctl: &Path) -> Option<u32> {
     }
 }
 
-/// A pidfd on the master `pid`, kept only if the master still answers with
-/// that PID after it was opened (so it cannot name a process that reused
-/// the PID in between).
-async fn watch_exit(ctl: &Path, pid: u32) -> Option<AsyncFd<OwnedFd>> {
-    let fd = gpuq_sys::proc::pidfd_open(pid).ok()?;
-    if master_pid(ctl).await != Some(pid) {
-        return None;
-    }
-    // Deprecated in favour of the `unsafe` `register` (tokio #8587: `new`
-    // trusts the inner value's raw fd to stay its own). An `OwnedFd` owns
-    // its descriptor and closes it only when dropped, after the AsyncFd has
-    // deregistered it, so the safe constructor is sound here — and gpuq
-    // keeps `unsafe` in gpuq-sys.
-    #[allow(deprecated)]
-    AsyncFd::new(fd).ok()
+/// A watch on the master `pid`'s exit, kept only if the master still
+/// answers with that PID after the watch was opened (so it cannot name a
+/// process that reused the PID in between).
+async fn watch_exit(ctl: &Path, pid: u32) -> Option<ProcessExit> {
+    let exit = ProcessExit::watch(pid).ok()?;
+    (master_pid(ctl).await == Some(pid)).then_some(exit)
 }
 
-/// Resolves when the watched process has exited; never without a watch.
-async fn exited(fd: Option<&AsyncFd<OwnedFd>>) {
-    match fd {
-        Some(fd) if fd.readable().await.is_ok() => {}
+/// Resolves when the watched process has exited; never without a watch
+/// (or if the reactor fails: the health looks remain).
+async fn exited(watch: Option<&ProcessExit>) {
+    match watch {
+        Some(w) if w.exited().await.is_ok() => {}
         _ => std::future::pending().await,
     }
 }

@@ -65,6 +65,31 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Waits, on the tokio runtime, for a process to exit: a [`pidfd_open`]
+/// registered with the runtime's reactor.
+#[derive(Debug)]
+pub struct ProcessExit(tokio::io::unix::AsyncFd<OwnedFd>);
+
+impl ProcessExit {
+    /// Watch `pid` (call within a tokio runtime). The same caveat as
+    /// [`pidfd_open`]: check afterwards that the PID still names the
+    /// process meant.
+    pub fn watch(pid: u32) -> io::Result<Self> {
+        let fd = pidfd_open(pid)?;
+        // SAFETY: an `OwnedFd` owns its descriptor: `as_raw_fd` returns the
+        // same open descriptor until the value is dropped, which happens only
+        // when the `AsyncFd` (having deregistered it) drops or gives it back.
+        let fd = unsafe { tokio::io::unix::AsyncFd::register(fd) }.map_err(io::Error::from)?;
+        Ok(ProcessExit(fd))
+    }
+
+    /// Resolves once the process has exited (it may still be a zombie).
+    /// An error from the reactor is returned as is.
+    pub async fn exited(&self) -> io::Result<()> {
+        self.0.readable().await.map(|_| ())
+    }
+}
+
 /// What the child becomes between `fork` and `exec`.
 #[derive(Debug)]
 pub struct ChildSetup {
@@ -163,6 +188,24 @@ mod tests {
         assert!(!readable(&fd, 50), "readable while the process runs");
         child.kill().expect("kill");
         assert!(readable(&fd, 5_000), "not readable after the exit");
+        child.wait().expect("reap");
+    }
+
+    #[tokio::test]
+    async fn process_exit_resolves_when_the_process_exits_and_not_before() {
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let exit = ProcessExit::watch(child.id()).expect("watch");
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(100), exit.exited()).await;
+        assert!(early.is_err(), "resolved while the process runs");
+        child.kill().expect("kill");
+        tokio::time::timeout(std::time::Duration::from_secs(5), exit.exited())
+            .await
+            .expect("not resolved after the exit")
+            .expect("reactor");
         child.wait().expect("reap");
     }
 
