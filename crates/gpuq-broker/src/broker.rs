@@ -311,9 +311,9 @@ impl Broker {
         })
     }
 
-    pub fn list(&self, all: bool) -> Result<JobList, ApiError> {
+    pub fn list(&self, peer: &Peer, all: bool) -> Result<JobList, ApiError> {
         let mut jobs = Vec::new();
-        self.list_each(all, |v| jobs.push(v))?;
+        self.list_each(peer, all, |v| jobs.push(v))?;
         Ok(JobList {
             jobs,
             broker: self.status()?,
@@ -321,10 +321,10 @@ impl Broker {
     }
 
     /// The same list as [`Broker::list`], as JSON, encoded row by row.
-    pub fn list_json(&self, all: bool) -> Result<Vec<u8>, ApiError> {
+    pub fn list_json(&self, peer: &Peer, all: bool) -> Result<Vec<u8>, ApiError> {
         let mut out = b"{\"jobs\":[".to_vec();
         let mut first = true;
-        self.list_each(all, |v| {
+        self.list_each(peer, all, |v| {
             if !first {
                 out.push(b',');
             }
@@ -338,9 +338,16 @@ impl Broker {
         Ok(out)
     }
 
-    fn list_each(&self, all: bool, f: impl FnMut(JobView)) -> Result<(), ApiError> {
+    fn list_each(
+        &self,
+        peer: &Peer,
+        all: bool,
+        mut f: impl FnMut(JobView),
+    ) -> Result<(), ApiError> {
         let states = [JobState::Queued, JobState::Running];
-        Ok(self.store.for_each_view((!all).then_some(&states[..]), f)?)
+        Ok(self
+            .store
+            .for_each_view((!all).then_some(&states[..]), |v| f(v.as_seen_by(peer.uid)))?)
     }
 
     pub fn status(&self) -> Result<BrokerStatus, ApiError> {
@@ -373,8 +380,13 @@ impl Broker {
         Ok(job)
     }
 
-    pub fn job(&self, id: JobId) -> Result<JobView, ApiError> {
-        Ok(self.store.get(id)?.ok_or(ApiError::NoSuchJob(id))?.view())
+    pub fn job(&self, peer: &Peer, id: JobId) -> Result<JobView, ApiError> {
+        Ok(self
+            .store
+            .get(id)?
+            .ok_or(ApiError::NoSuchJob(id))?
+            .into_view()
+            .as_seen_by(peer.uid))
     }
 
     /// Cancel a queued or running job. Returns once its processes are gone.
@@ -439,7 +451,7 @@ impl Broker {
             let _ = rx.await;
         }
         self.wake.notify_one();
-        self.job(id)
+        self.job(peer, id)
     }
 
     /// Stream a job's log; with `follow`, until the job has ended.

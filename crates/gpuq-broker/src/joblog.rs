@@ -30,43 +30,48 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> LogError + '_ {
     }
 }
 
-/// Make sure `log_root` exists (root-owned, 0755) and that the user's
-/// directory exists, is a real directory owned by `uid`, mode 0700.
+/// Make sure `log_root` is safe (root's, 0711, nothing above it writable by
+/// others: see dirs.rs) and that the user's directory exists, is a real
+/// directory owned by `uid`, mode 0700.
 pub fn prepare_user_dir(log_root: &Path, uid: u32, gid: u32) -> Result<PathBuf, LogError> {
-    if !log_root.exists() {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(log_root)
-            .map_err(io(log_root))?;
-    }
+    crate::dirs::secure_log_root(log_root).map_err(|e| LogError::Unsafe {
+        path: log_root.to_path_buf(),
+        why: e.to_string(),
+    })?;
     let dir = log_root.join(uid.to_string());
-    match std::fs::symlink_metadata(&dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            DirBuilder::new()
-                .mode(0o700)
-                .create(&dir)
-                .map_err(io(&dir))?;
-            std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(io(&dir))?;
-            // mkdir's mode is filtered by the umask; set it exactly.
-            std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                .map_err(io(&dir))?;
-        }
+    match DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io(&dir)(e)),
-        Ok(m) => {
-            if !m.file_type().is_dir() {
-                return Err(LogError::Unsafe {
-                    path: dir,
-                    why: "not a directory".into(),
-                });
-            }
-            if m.uid() != uid {
-                return Err(LogError::Unsafe {
-                    path: dir,
-                    why: format!("owned by uid {}, expected {uid}", m.uid()),
-                });
-            }
-        }
+    }
+    // Hand it over through a descriptor, never by name: nobody but root can
+    // write log_root, and a name could still be a symlink planted before.
+    let d = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&dir)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) | Some(libc::ENOTDIR) => LogError::Unsafe {
+                path: dir.clone(),
+                why: "not a directory".into(),
+            },
+            _ => io(&dir)(e),
+        })?;
+    let m = d.metadata().map_err(io(&dir))?;
+    if m.uid() == 0 && uid != 0 {
+        // Made just now by us: hand it to the user, exactly 0700 (mkdir's
+        // mode is filtered by the umask).
+        fchown(&d, Some(uid), Some(gid)).map_err(io(&dir))?;
+        d.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(io(&dir))?;
+    } else if m.uid() != uid {
+        return Err(LogError::Unsafe {
+            path: dir,
+            why: format!("owned by uid {}, expected {uid}", m.uid()),
+        });
+    } else if uid == 0 {
+        d.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(io(&dir))?;
     }
     Ok(dir)
 }

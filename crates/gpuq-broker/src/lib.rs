@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod config;
 pub mod daos;
+pub mod dirs;
 pub mod error;
 pub mod exec;
 pub mod gpu;
@@ -30,10 +31,12 @@ pub fn now() -> i64 {
 /// Bring the broker up on `cfg` and serve until the process is stopped.
 /// `shim` is the executable that has the `job-shim` verb (the broker itself).
 pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&cfg.state_dir)
-        .with_context(|| format!("create state_dir {}", cfg.state_dir.display()))?;
-    std::fs::set_permissions(&cfg.state_dir, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("chmod state_dir {}", cfg.state_dir.display()))?;
+    // What the broker makes without an explicit mode is root's alone
+    // (SQLite's -wal and -shm among them); see dirs.rs.
+    dirs::set_umask();
+    dirs::preflight(&cfg.state_dir, &cfg.log_root)?;
+    dirs::secure_state_dir(&cfg.state_dir)?;
+    dirs::secure_log_root(&cfg.log_root)?;
     let store = store::Store::open(&cfg.state_dir.join("queue.db"))?;
     let runner: Arc<dyn runner::Runner> = match cfg.runner {
         config::RunnerKind::Direct => Arc::new(
@@ -94,7 +97,12 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
 fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
     use std::os::unix::fs::FileTypeExt;
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        if !dir.exists() {
+            // Every user connects: the directory must let them through
+            // (mkdir's mode is filtered by our umask 077).
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {

@@ -132,7 +132,7 @@ async fn route(
     match (method, segments.as_slice()) {
         (Method::GET, ["v1", "jobs"]) => {
             let all = query_flag(&req, "all");
-            let body = broker.list_json(all)?;
+            let body = broker.list_json(peer, all)?;
             Ok(Response::builder()
                 .status(StatusCode::OK)
                 .header("content-type", "application/json")
@@ -143,7 +143,9 @@ async fn route(
             let body: SubmitRequest = read_json(req).await?;
             Ok(json(StatusCode::CREATED, &broker.submit(peer, body)?))
         }
-        (Method::GET, ["v1", "jobs", id]) => Ok(json(StatusCode::OK, &broker.job(job_id(id)?)?)),
+        (Method::GET, ["v1", "jobs", id]) => {
+            Ok(json(StatusCode::OK, &broker.job(peer, job_id(id)?)?))
+        }
         (Method::POST, ["v1", "jobs", id, "cancel"]) => {
             let id = job_id(id)?;
             Ok(json(StatusCode::OK, &broker.cancel(peer, id).await?))

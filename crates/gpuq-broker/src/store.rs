@@ -73,6 +73,7 @@ impl Job {
             signal: self.signal,
             reason: self.reason,
             log_path: self.log_path.display().to_string(),
+            hidden: false,
         }
     }
 

@@ -11,16 +11,35 @@ fn short_time(t: Option<i64>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
+/// `s` safe to print on a terminal: control characters (ESC, CR, BS, C1
+/// controls such as CSI) and the bidirectional overrides are shown escaped
+/// (`\u{1b}`), never sent. Every string a user chose (command, directory,
+/// name, reasons that quote them) passes through here: an operator running
+/// `gpuq list` must not have their terminal driven by someone's argv.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn what(j: &JobView) -> String {
-    let cmd = j.argv.join(" ");
+    let cmd = if j.hidden {
+        "(another user's)".to_string()
+    } else {
+        j.argv.join(" ")
+    };
     let s = match &j.name {
         Some(n) => format!("{n}: {cmd}"),
         None => cmd,
     };
-    let s: String = s
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let s = esc(&s);
     if s.chars().count() > 40 {
         format!("{}…", s.chars().take(39).collect::<String>())
     } else {
@@ -43,20 +62,21 @@ pub fn list(l: &JobList, now: i64) -> String {
         let _ = writeln!(
             out,
             "HOLD: lease {} was not cleaned up: {}. No job starts until an operator runs `sudo gpuq recover`.",
-            h.lease, h.reason
+            h.lease,
+            esc(&h.reason)
         );
     }
     if let Some(lock) = &l.broker.lock {
         let _ = writeln!(
             out,
             "LOCKED for maintenance by {} since {}: {}. Queued jobs wait; new submissions are refused.",
-            lock.by_user,
+            esc(&lock.by_user),
             format_utc(lock.since),
-            lock.reason
+            esc(&lock.reason)
         );
     }
     if let Some(why) = &l.broker.gate_closed {
-        let _ = writeln!(out, "waiting: {why}");
+        let _ = writeln!(out, "waiting: {}", esc(why));
     }
     let _ = writeln!(
         out,
@@ -72,7 +92,7 @@ pub fn list(l: &JobList, now: i64) -> String {
             out,
             "{:>6}  {:<10} {:<9} {:<40} {:<14} {:<14} {}",
             j.id.0,
-            j.user,
+            esc(&j.user),
             state,
             what(j),
             short_time(Some(j.submitted_at)),
@@ -93,13 +113,21 @@ pub fn list(l: &JobList, now: i64) -> String {
 pub fn job(j: &JobView, now: i64) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "job:       {}", j.id);
-    let _ = writeln!(out, "user:      {} (uid {})", j.user, j.uid);
+    let _ = writeln!(out, "user:      {} (uid {})", esc(&j.user), j.uid);
     let _ = writeln!(out, "state:     {}", j.state);
     if let Some(n) = &j.name {
-        let _ = writeln!(out, "name:      {n}");
+        let _ = writeln!(out, "name:      {}", esc(n));
     }
-    let _ = writeln!(out, "command:   {}", j.argv.join(" "));
-    let _ = writeln!(out, "directory: {}", j.cwd);
+    if j.hidden {
+        let _ = writeln!(
+            out,
+            "command:   (another user's job: only they and root see its command, directory, log and reason)"
+        );
+    } else {
+        let argv: Vec<String> = j.argv.iter().map(|a| esc(a)).collect();
+        let _ = writeln!(out, "command:   {}", argv.join(" "));
+        let _ = writeln!(out, "directory: {}", esc(&j.cwd));
+    }
     let _ = writeln!(out, "submitted: {}", format_utc(j.submitted_at));
     if let Some(s) = j.started_at {
         let _ = writeln!(out, "started:   {}", format_utc(s));
@@ -115,9 +143,11 @@ pub fn job(j: &JobView, now: i64) -> String {
         let _ = writeln!(out, "signal:    {s}");
     }
     if let Some(r) = &j.reason {
-        let _ = writeln!(out, "reason:    {r}");
+        let _ = writeln!(out, "reason:    {}", esc(r));
     }
-    let _ = writeln!(out, "log:       {}", j.log_path);
+    if !j.hidden {
+        let _ = writeln!(out, "log:       {}", esc(&j.log_path));
+    }
     out
 }
 
@@ -126,7 +156,7 @@ pub fn job(j: &JobView, now: i64) -> String {
 pub fn daos_status(v: &serde_json::Value) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let s = |x: &serde_json::Value| x.as_str().unwrap_or("-").to_string();
+    let s = |x: &serde_json::Value| esc(x.as_str().unwrap_or("-"));
     if let Some(h) = v["hold"].as_object() {
         let _ = writeln!(
             o,
@@ -183,7 +213,7 @@ pub fn daos_status(v: &serde_json::Value) -> String {
             }
         );
         if let Some(e) = n["error"].as_str() {
-            let _ = writeln!(o, "      error: {e}");
+            let _ = writeln!(o, "      error: {}", esc(e));
         }
         for p in st["pins"].as_array().into_iter().flatten() {
             let _ = writeln!(
@@ -206,11 +236,11 @@ pub fn daos_status(v: &serde_json::Value) -> String {
 pub fn pins(v: &serde_json::Value) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let s = |x: &serde_json::Value| x.as_str().unwrap_or("-").to_string();
+    let s = |x: &serde_json::Value| esc(x.as_str().unwrap_or("-"));
     for h in v["hosts"].as_array().into_iter().flatten() {
         let host = s(&h["host"]);
         if let Some(e) = h["error"].as_str() {
-            let _ = writeln!(o, "{host}: CANNOT CHECK: {e}");
+            let _ = writeln!(o, "{host}: CANNOT CHECK: {}", esc(e));
             continue;
         }
         for p in h["pins"].as_array().into_iter().flatten() {
@@ -246,4 +276,17 @@ pub fn pins(v: &serde_json::Value) -> String {
         }
     );
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::esc;
+
+    #[test]
+    fn controls_and_bidi_overrides_are_shown_escaped_and_text_is_kept() {
+        assert_eq!(esc("plain ünïcode"), "plain ünïcode");
+        assert_eq!(esc("\u{1b}[2Jx"), "\\u{1b}[2Jx");
+        assert_eq!(esc("a\rb\nc\u{9b}"), "a\\rb\\nc\\u{9b}");
+        assert_eq!(esc("\u{202e}exe.txt"), "\\u{202e}exe.txt");
+    }
 }

@@ -393,7 +393,7 @@ impl LeaseStore {
 
     fn write<T: Serialize>(&self, path: &Path, v: &T) -> Result<(), LeaseError> {
         let bytes = serde_json::to_vec_pretty(v).unwrap_or_default();
-        gpuq_durable::write_atomic(path, &bytes, 0o644).map_err(|source| LeaseError::Io {
+        gpuq_durable::write_atomic(path, &bytes, 0o600).map_err(|source| LeaseError::Io {
             path: path.to_path_buf(),
             source,
         })

@@ -155,7 +155,12 @@ impl Host {
     pub fn write_files(&self, lease: &str) -> Result<(), String> {
         let dir = self.lease_dir(lease);
         let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
-        std::fs::create_dir_all(&self.run_dir).map_err(|e| io(&self.run_dir, e))?;
+        if !self.run_dir.exists() {
+            // The job's user reaches <run_dir>/<lease>/ through it; mkdir's
+            // mode is filtered by the broker's umask (077).
+            std::fs::create_dir_all(&self.run_dir).map_err(|e| io(&self.run_dir, e))?;
+            set_mode(&self.run_dir, 0o755).map_err(|e| io(&self.run_dir, e))?;
+        }
         match std::fs::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

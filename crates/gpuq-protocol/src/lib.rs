@@ -171,9 +171,28 @@ pub struct JobView {
     /// Why the job ended as it did, in words (who cancelled, limit hit, ...).
     pub reason: Option<String>,
     pub log_path: String,
+    /// Another user's job as a non-root caller sees it: `argv`, `cwd`,
+    /// `reason` and `log_path` are left empty (docs/security.md: what others
+    /// see of your jobs).
+    #[serde(default)]
+    pub hidden: bool,
 }
 
 impl JobView {
+    /// This view as user `uid` may see it: whole for root and the owner; for
+    /// anyone else, who, what state and when, but not what runs, where, or
+    /// why it ended (an argument or a failure message may hold a secret).
+    pub fn as_seen_by(mut self, uid: u32) -> JobView {
+        if uid != 0 && uid != self.uid {
+            self.argv = Vec::new();
+            self.cwd = String::new();
+            self.reason = None;
+            self.log_path = String::new();
+            self.hidden = true;
+        }
+        self
+    }
+
     /// The exit code `gpuq follow` returns for this job (shell conventions:
     /// 128+N for a signal, 124 for a time limit as timeout(1) does).
     pub fn follow_exit_code(&self) -> i32 {

@@ -232,6 +232,10 @@ impl Runner for DirectRunner {
     }
 }
 
+/// The umask a job starts with (the systemd runner's units get systemd's
+/// default, the same 022).
+pub const JOB_UMASK: u32 = 0o022;
+
 /// The `gpuq-broker job-shim SPEC EXIT` verb: run inside the job's cgroup,
 /// start the user's command as the user, record how it ended. Returns the
 /// shim's own exit code.
@@ -255,6 +259,9 @@ pub fn job_shim(spec_path: &Path, exit_path: &Path) -> i32 {
             return 1;
         }
     };
+    // The job gets the usual umask (022: Debian's and EL's login default and
+    // systemd's for units), not the broker's 077 which the shim inherited.
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(JOB_UMASK));
     let outcome = match spawn_user_command(&spec) {
         Ok(mut child) => match child.wait() {
             Ok(status) => {
