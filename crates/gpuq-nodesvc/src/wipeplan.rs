@@ -73,16 +73,17 @@ pub fn plan(
     left: &[PathBuf],
 ) -> Result<Plan, Refusal> {
     let source = cfg.source.display();
-    let by_hand = |what: &str| {
-        Refusal {
+    let by_hand = |what: &str| Refusal {
         why: what.to_string(),
         todo: format!(
-            "how its data must be wiped is unknown: wipe it by hand (`gpuq-node wipe --lease {lease}` discards the allowlisted devices; remove {} or {}), remove {jobs}/lease.json and {jobs}/active-lease if present, then run `sudo gpuq recover`",
+            "how its data must be wiped is unknown: wipe it by hand \
+             (`gpuq-node wipe --lease {lease}` discards the allowlisted devices; \
+             remove {} or {}), remove {jobs}/lease.json and {jobs}/active-lease \
+             if present, then run `sudo gpuq recover`",
             paths.meta_dir.display(),
             paths.test_dir.display(),
             jobs = cfg.node.node.jobs_dir.display(),
         ),
-    }
     };
     let Some(rec) = rec else {
         if left.is_empty() {
@@ -108,41 +109,53 @@ pub fn plan(
             ))
         }
     };
-    let restore = |what: String| {
-        Refusal {
-        why: what,
+    let restore = |why: String, what: String| Refusal {
+        why,
         todo: format!(
-            "restore profile '{}' with mode = \"{}\" (and the [node] paths and [[devices]] the lease started with) in {source}, restart gpuq-node, then run `sudo gpuq recover`",
+            "restore {what} in {source}, restart gpuq-node, then run `sudo gpuq recover`"
+        ),
+    };
+    let the_profile = || {
+        format!(
+            "profile '{}' with mode = \"{}\"",
             rec.profile,
             mode_str(mode)
-        ),
-    }
+        )
     };
     let Some(profile) = cfg.profiles.get(&rec.profile) else {
-        return Err(restore(format!(
-            "its record names profile '{}' ({} mode), which {source} no longer has",
-            rec.profile,
-            mode_str(mode)
-        )));
+        return Err(restore(
+            format!(
+                "its record names profile '{}' ({} mode), which {source} no longer has",
+                rec.profile,
+                mode_str(mode)
+            ),
+            the_profile(),
+        ));
     };
     if profile.mode != mode {
-        return Err(restore(format!(
-            "profile '{}' is now {} mode, but the lease started in {} mode",
-            rec.profile,
-            mode_str(profile.mode),
-            mode_str(mode)
-        )));
+        return Err(restore(
+            format!(
+                "profile '{}' is now {} mode, but the lease started in {} mode",
+                rec.profile,
+                mode_str(profile.mode),
+                mode_str(mode)
+            ),
+            the_profile(),
+        ));
     }
     let dir = match mode {
         Mode::Physical => &paths.meta_dir,
         Mode::Test => &paths.test_dir,
     };
     if Path::new(&rec.metadata_dir) != dir {
-        return Err(restore(format!(
-            "its record puts its data in {}, but {source} now puts it in {}",
-            rec.metadata_dir,
-            dir.display()
-        )));
+        return Err(restore(
+            format!(
+                "its record puts its data in {}, but {source} now puts it in {}",
+                rec.metadata_dir,
+                dir.display()
+            ),
+            "the [node] jobs_dir and test_dir the lease started with".into(),
+        ));
     }
     match mode {
         Mode::Test => Ok(Plan::Test { dir: dir.clone() }),
@@ -165,7 +178,10 @@ pub fn plan(
                         extra.join(", ")
                     ));
                 }
-                return Err(restore(why));
+                return Err(restore(
+                    why,
+                    "the [[devices]] tables the lease started with".into(),
+                ));
             }
             Ok(Plan::Physical {
                 devices: rec.devices.iter().map(pinned).collect(),
