@@ -454,3 +454,29 @@ async fn an_allowlist_changed_to_other_devices_refuses_and_touches_none() {
     assert_eq!(content(&other), other_before, "another device was touched");
     assert!(!site.jobs("lease.json").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_physical_profile_without_devices_is_refused_before_anything_is_created() {
+    if !as_own_node("a_physical_profile_without_devices_is_refused_before_anything_is_created") {
+        return;
+    }
+    let site = Site::new().await;
+    let svc = site.helper("inst1", "physical", &[]).await;
+    let report = svc
+        .preflight(&gpuq_protocol::node::PreflightRequest {
+            lease: "L6".into(),
+            profile: "inst1".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.reason == "device_refused" && f.detail.contains("allowlists no device")),
+        "{report:?}"
+    );
+    let e = svc.start("L6", &req("inst1")).await.unwrap_err();
+    assert!(matches!(e, NodeError::Preflight { .. }), "{e}");
+    assert!(!site.root.join("jobs").exists(), "nothing was created");
+}
