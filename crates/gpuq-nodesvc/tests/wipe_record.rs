@@ -393,10 +393,12 @@ async fn a_missing_or_modeless_record_refuses_and_touches_nothing() {
     );
     std::fs::remove_dir_all(&test_dir).unwrap();
 
-    // The operator puts the record back: the wipe discards and releases.
+    // The operator puts the record back — only lease.json, which is also
+    // what a crash between the release's two removals leaves (active-lease
+    // goes first): the wipe discards and releases.
     std::fs::write(site.jobs("lease.json"), &record_bytes).unwrap();
-    std::fs::write(site.jobs("active-lease"), "L3").unwrap();
     svc.wipe("L3").await.unwrap();
+    assert!(!site.jobs("active-lease").exists());
     assert!(
         dev.head_is_zero(MIB as usize),
         "the device was not discarded"
@@ -479,4 +481,51 @@ async fn a_physical_profile_without_devices_is_refused_before_anything_is_create
     let e = svc.start("L6", &req("inst1")).await.unwrap_err();
     assert!(matches!(e, NodeError::Preflight { .. }), "{e}");
     assert!(!site.root.join("jobs").exists(), "nothing was created");
+}
+
+/// `chattr +i` on a file for as long as it lives (also when the test panics).
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(p: PathBuf) -> Immutable {
+        let ok = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&p)
+            .status()
+            .expect("run chattr (e2fsprogs)")
+            .success();
+        assert!(ok, "chattr +i {} failed", p.display());
+        Immutable(p)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_between_its_two_removals_leaves_a_wipe_that_can_be_repeated() {
+    if !as_own_node("a_release_cut_between_its_two_removals_leaves_a_wipe_that_can_be_repeated") {
+        return;
+    }
+    let site = Site::new().await;
+    let svc = site.helper("t1", "test", &[]).await;
+    svc.start("L7", &req("t1")).await.unwrap();
+    svc.stop("L7").await.unwrap();
+    // The release cannot remove active-lease (immutable): the wipe fails
+    // there, and what is left must still say how to wipe — lease.json.
+    let pinned = Immutable::set(site.jobs("active-lease"));
+    let e = svc.wipe("L7").await.unwrap_err();
+    assert!(e.to_string().contains("remove active-lease"), "{e}");
+    assert_eq!(site.record()["mode"], "test", "the whole record is left");
+    drop(pinned);
+    // The broker's retry finishes the wipe and the release.
+    let done = svc.wipe("L7").await.unwrap();
+    assert!(!done.already_done, "{done:?}");
+    assert!(!site.jobs("lease.json").exists() && !site.jobs("active-lease").exists());
 }
