@@ -6,7 +6,8 @@
 //! - `start` runs preflight again, writes the node-side lease record
 //!   (`<jobs_dir>/active-lease` and `lease.json`: the lease, its profile, its
 //!   wipe mode and, in physical mode, exactly the devices it is given, as
-//!   found by preflight) durably **before** it creates anything, creates a **new** metadata directory (an existing one is a
+//!   found by preflight) durably **before** it creates anything, creates a
+//!   **new** metadata directory (an existing one is a
 //!   refusal: old DAOS metadata makes a server rejoin the old system),
 //!   renders `daos_server.yml` for the pinned image's DAOS version, inspects
 //!   the image by its full ID and creates + starts the server container;
