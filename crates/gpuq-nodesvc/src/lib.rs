@@ -8,10 +8,12 @@
 //! - [`profile`]: the `[profiles.NAME]` tables of `node.toml`;
 //! - [`service::NodeService`]: preflight (read-only), start, stop, wipe,
 //!   each verified, each destructive step written to the lease's
-//!   `audit.jsonl` (fsync) — generic over [`gpuq_podman::Podman`].
+//!   `audit.jsonl` (fsync) — generic over [`gpuq_podman::Podman`];
+//! - [`wipeplan`]: what a wipe may do, decided from the lease record alone.
 
 pub mod audit;
 pub mod procscan;
 pub mod profile;
 pub mod server;
 pub mod service;
+pub mod wipeplan;

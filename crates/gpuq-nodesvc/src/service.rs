@@ -4,17 +4,23 @@
 //! - `preflight` only reads (processes, ports, containers, the lease
 //!   record, the image, and in physical mode the block-device checks);
 //! - `start` runs preflight again, writes the node-side lease record
-//!   (`<jobs_dir>/active-lease` and `lease.json`) **before** it creates
-//!   anything, creates a **new** metadata directory (an existing one is a
+//!   (`<jobs_dir>/active-lease` and `lease.json`: the lease, its profile, its
+//!   wipe mode and, in physical mode, exactly the devices it is given, as
+//!   found by preflight) durably **before** it creates anything, creates a
+//!   **new** metadata directory (an existing one is a
 //!   refusal: old DAOS metadata makes a server rejoin the old system),
 //!   renders `daos_server.yml` for the pinned image's DAOS version, inspects
 //!   the image by its full ID and creates + starts the server container;
 //! - `stop` stops our containers of that lease (grace period, then kill),
 //!   removes them and confirms that none, and no DAOS process of ours, is left;
-//! - `wipe` refuses while any container of the lease exists; test mode
+//! - `wipe` refuses while any container of the lease exists, and decides
+//!   from the lease record alone ([`crate::wipeplan`]): a missing record
+//!   with data left, an unknown mode, a profile that is gone or changed mode,
+//!   a moved data directory or an allowlist that is not exactly the recorded
+//!   devices refuses (audit line, nothing touched, record kept). Test mode
 //!   removes only `<test_dir>/<lease>/`; physical mode runs the block-device
-//!   crate's checks + BLKDISCARD + verify + audit on every allowlisted
-//!   device and removes the metadata directory only if all of them passed;
+//!   crate's checks + BLKDISCARD + verify + audit on exactly the recorded
+//!   devices and removes the metadata directory only if all of them passed;
 //!   then it releases the lease record.
 //!
 //! `stop` and `wipe` are idempotent: a repeat for a lease already cleaned
@@ -23,14 +29,15 @@
 use crate::audit;
 use crate::procscan;
 use crate::profile::{Mode, Profile, ServiceConfig};
+use crate::wipeplan::{self, Plan};
 use gpuq_daosconf::{Bdev, Engine, ServerConfig};
 use gpuq_podman::{
     lease_labels, ContainerSpec, LabelFilter, Mount, MountKind, Namespace, Podman, Rlimit, Role,
     LABEL_LEASE, LABEL_ROLE,
 };
 use gpuq_protocol::node::{
-    valid_lease, Finding, NodeLease, NodeStatus, OurContainer, PinStatus, PreflightReport,
-    PreflightRequest, StartReport, StartRequest, StepReport,
+    valid_lease, Finding, LeaseDevice, LeaseMode, NodeLease, NodeStatus, OurContainer, PinStatus,
+    PreflightReport, PreflightRequest, StartReport, StartRequest, StepReport,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -138,6 +145,8 @@ impl<P: Podman> NodeService<P> {
                         metadata_dir: String::new(),
                         container: None,
                         since: 0,
+                        mode: None,
+                        devices: Vec::new(),
                     })),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) => Err(io(format!("read {}", self.active_path().display()))(e)),
@@ -147,8 +156,15 @@ impl<P: Podman> NodeService<P> {
         }
     }
 
+    /// Durably: each file by temp + fsync + rename + fsync of `jobs_dir`,
+    /// and `jobs_dir`'s own entry fsynced in its parent when it is new.
     fn write_record(&self, rec: &NodeLease) -> Result<(), NodeError> {
-        std::fs::create_dir_all(self.jobs_dir()).map_err(io("create jobs_dir"))?;
+        if !self.jobs_dir().is_dir() {
+            std::fs::create_dir_all(self.jobs_dir()).map_err(io("create jobs_dir"))?;
+            if let Some(parent) = self.jobs_dir().parent() {
+                gpuq_durable::sync_dir(parent).map_err(io("fsync jobs_dir's parent"))?;
+            }
+        }
         gpuq_durable::write_atomic(&self.active_path(), rec.lease.as_bytes(), 0o600)
             .map_err(io("write active-lease"))?;
         let bytes = serde_json::to_vec_pretty(rec).unwrap_or_default();
@@ -156,11 +172,14 @@ impl<P: Podman> NodeService<P> {
             .map_err(io("write lease.json"))
     }
 
+    /// `active-lease` first: a crash in between leaves the whole record
+    /// (`lease.json`), whose wipe can be repeated; the other order would
+    /// leave a bare `active-lease`, which the wipe refuses as modeless.
     fn release_record(&self) -> Result<(), NodeError> {
-        gpuq_durable::remove(&self.record_path()).map_err(io("remove lease.json"))?;
-        gpuq_durable::remove(&self.active_path())
+        gpuq_durable::remove(&self.active_path()).map_err(io("remove active-lease"))?;
+        gpuq_durable::remove(&self.record_path())
             .map(|_| ())
-            .map_err(io("remove active-lease"))
+            .map_err(io("remove lease.json"))
     }
 
     fn profile(&self, name: &str) -> Result<&Profile, NodeError> {
@@ -239,9 +258,14 @@ impl<P: Podman> NodeService<P> {
         Ok(self.check(req).await?.0)
     }
 
-    /// [`NodeService::preflight`], and how many containers `req.lease`
-    /// already has here (fine for a preflight, refused by a start).
-    async fn check(&self, req: &PreflightRequest) -> Result<(PreflightReport, usize), NodeError> {
+    /// [`NodeService::preflight`], how many containers `req.lease`
+    /// already has here (fine for a preflight, refused by a start), and in
+    /// physical mode the allowlisted devices as the checks found them (what
+    /// `start` records as the lease's devices).
+    async fn check(
+        &self,
+        req: &PreflightRequest,
+    ) -> Result<(PreflightReport, usize, Vec<LeaseDevice>), NodeError> {
         Self::check_lease(&req.lease)?;
         let profile = self.profile(&req.profile)?;
         let mut findings = Vec::new();
@@ -314,6 +338,18 @@ impl<P: Podman> NodeService<P> {
             ),
             Err(e) => find("check_failed", format!("image inspect: {e}")),
         }
+        let mut devices = Vec::new();
+        if profile.mode == Mode::Physical && self.cfg.node.devices.is_empty() {
+            // Its wipe would discard nothing and still say `ok`.
+            find(
+                "device_refused",
+                format!(
+                    "profile '{}' is physical mode, but {} allowlists no device ([[devices]])",
+                    profile.name,
+                    self.cfg.source.display()
+                ),
+            );
+        }
         if profile.mode == Mode::Physical {
             let report = gpuq_blockdev::wipe::run(
                 &self.cfg.node,
@@ -326,6 +362,32 @@ impl<P: Podman> NodeService<P> {
             match report {
                 Ok(r) => {
                     for d in &r.devices {
+                        match (&d.device, d.passed()) {
+                            (Some(seen), true) if seen.size_bytes.is_some() => {
+                                devices.push(LeaseDevice {
+                                    // How the allowlist identifies it…
+                                    serial: d.entry.serial.clone(),
+                                    pci: d.entry.pci.clone(),
+                                    loop_backing_file: d
+                                        .entry
+                                        .loop_backing_file
+                                        .as_ref()
+                                        .map(|p| p.display().to_string()),
+                                    // …and what it was found to be.
+                                    nsid: seen.nsid,
+                                    model: seen.model.clone(),
+                                    size_bytes: seen.size_bytes.unwrap_or_default(),
+                                })
+                            }
+                            (_, true) => find(
+                                "check_failed",
+                                format!(
+                                    "{}: passed, but its identity was not read",
+                                    d.entry.label()
+                                ),
+                            ),
+                            (_, false) => {}
+                        }
                         for refusal in &d.refusals {
                             find(
                                 "device_refused",
@@ -351,13 +413,13 @@ impl<P: Podman> NodeService<P> {
             ok: findings.is_empty(),
             findings,
         };
-        Ok((report, ours.len()))
+        Ok((report, ours.len(), devices))
     }
 
     pub async fn start(&self, lease: &str, req: &StartRequest) -> Result<StartReport, NodeError> {
         Self::check_lease(lease)?;
         let profile = self.profile(&req.profile)?.clone();
-        let (pre, ours) = self
+        let (pre, ours, devices) = self
             .check(&PreflightRequest {
                 lease: lease.to_string(),
                 profile: req.profile.clone(),
@@ -384,6 +446,14 @@ impl<P: Podman> NodeService<P> {
             metadata_dir: data_dir.display().to_string(),
             container: None,
             since: audit::now(),
+            mode: Some(match profile.mode {
+                Mode::Physical => LeaseMode::Physical,
+                Mode::Test => LeaseMode::Test,
+            }),
+            devices: match profile.mode {
+                Mode::Physical => devices,
+                Mode::Test => Vec::new(),
+            },
         };
         self.write_record(&rec)?;
         std::fs::create_dir_all(&lease_dir)
@@ -624,25 +694,49 @@ impl<P: Podman> NodeService<P> {
                     .join(", ")
             )));
         }
-        let mode = rec
-            .as_ref()
-            .and_then(|r| self.cfg.profiles.get(&r.profile))
-            .map(|p| p.mode);
         let lease_dir = self.lease_dir(lease);
-        let test_dir = self.data_dir(lease, Mode::Test);
-        let meta_dir = self.data_dir(lease, Mode::Physical);
-        if rec.is_none() && !test_dir.exists() && !meta_dir.exists() {
-            return Ok(StepReport {
-                node: self.node_name().to_string(),
-                lease: lease.to_string(),
-                already_done: true,
-                detail: "nothing of this lease is left on this node".into(),
-            });
+        let paths = wipeplan::Paths {
+            test_dir: self.data_dir(lease, Mode::Test),
+            meta_dir: self.data_dir(lease, Mode::Physical),
+        };
+        // The lease's data directories (of either mode) that exist.
+        let mut data_left = Vec::new();
+        for p in [&paths.meta_dir, &paths.test_dir] {
+            match std::fs::symlink_metadata(p) {
+                Ok(_) => data_left.push(p.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(format!("stat {}", p.display()))(e)),
+            }
         }
-        let detail = match mode {
-            Some(Mode::Physical) => {
+        let plan = match wipeplan::plan(lease, rec.as_ref(), &self.cfg, &paths, &data_left) {
+            Ok(p) => p,
+            Err(refusal) => {
+                let msg = refusal.message(self.node_name(), lease);
+                // The refusal is recorded; if even that fails, say so too.
+                if let Err(e) = audit::append(&lease_dir, "wipe", "refused", &msg) {
+                    return Err(NodeError::Refused(format!(
+                        "{msg} (and its audit line could not be written: {e})"
+                    )));
+                }
+                return Err(NodeError::Refused(msg));
+            }
+        };
+        let detail = match plan {
+            Plan::Nothing => {
+                return Ok(StepReport {
+                    node: self.node_name().to_string(),
+                    lease: lease.to_string(),
+                    already_done: true,
+                    detail: "nothing of this lease is left on this node".into(),
+                })
+            }
+            Plan::Physical { devices, meta_dir } => {
+                let node = gpuq_blockdev::NodeConfig {
+                    node: self.cfg.node.node.clone(),
+                    devices,
+                };
                 let report = gpuq_blockdev::wipe::run(
-                    &self.cfg.node,
+                    &node,
                     &gpuq_blockdev::wipe::Request {
                         mode: gpuq_blockdev::wipe::Mode::Wipe,
                         lease: Some(lease.to_string()),
@@ -665,10 +759,10 @@ impl<P: Podman> NodeService<P> {
                     meta_dir.display()
                 )
             }
-            Some(Mode::Test) | None => {
+            Plan::Test { dir } => {
                 // Test mode may delete only below test_dir, and only this lease's directory.
-                remove_dir_within(&test_dir, &self.cfg.node.node.test_dir)?;
-                format!("removed {}", test_dir.display())
+                remove_dir_within(&dir, &self.cfg.node.node.test_dir)?;
+                format!("removed {}", dir.display())
             }
         };
         audit::append(&lease_dir, "wipe", "ok", &detail).map_err(io("audit"))?;

@@ -17,7 +17,10 @@ pub fn valid_lease(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-/// The node-side lease record (`<state_dir>/lease.json`).
+/// The node-side lease record (`<state_dir>/lease.json`). Written durably
+/// by `start` before anything of the lease exists; the wipe decides from it
+/// alone (never from the profile as configured now), so it carries the wipe
+/// mode and, in physical mode, exactly the devices the lease was given.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NodeLease {
     pub lease: String,
@@ -27,6 +30,56 @@ pub struct NodeLease {
     pub metadata_dir: String,
     pub container: Option<String>,
     pub since: i64,
+    /// How the lease's data is wiped, fixed at start. `None`: a record of an
+    /// older helper (or a bare `active-lease`), which the wipe refuses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<LeaseMode>,
+    /// Physical mode: the block devices the lease was given, as found at
+    /// start. The wipe discards exactly these, and only while the node's
+    /// allowlist still names exactly these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<LeaseDevice>,
+}
+
+/// A lease's wipe mode, as its node record spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseMode {
+    /// Real NVMe: the wipe discards the recorded devices.
+    Physical,
+    /// File bdevs under the test dir: the wipe removes that directory.
+    Test,
+    /// Anything else a record may say; the wipe refuses it.
+    #[serde(other)]
+    Unknown,
+}
+
+impl LeaseMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseMode::Physical => "physical",
+            LeaseMode::Test => "test",
+            LeaseMode::Unknown => "unknown",
+        }
+    }
+}
+
+/// One block device of a physical-mode lease: how the allowlist identifies
+/// it (serial + PCI address of an NVMe controller, or a test loop device's
+/// backing file) and what was found at start (namespace ID, size, model).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseDevice {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nsid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    pub size_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loop_backing_file: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -113,4 +166,43 @@ pub struct StepReport {
     /// True when there was nothing left to do (idempotent repeat).
     pub already_done: bool,
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(extra: &str) -> NodeLease {
+        serde_json::from_str(&format!(
+            r#"{{"lease":"L1","profile":"inst1","phase":"running","metadata_dir":"/t/L1","container":null,"since":1{extra}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_of_an_older_helper_has_no_mode() {
+        let r = record("");
+        assert_eq!((r.mode, r.devices.len()), (None, 0));
+    }
+
+    #[test]
+    fn an_unknown_mode_is_read_as_unknown_not_as_an_error() {
+        assert_eq!(record(r#","mode":"tape""#).mode, Some(LeaseMode::Unknown));
+        assert_eq!(record(r#","mode":"test""#).mode, Some(LeaseMode::Test));
+    }
+
+    #[test]
+    fn the_device_set_round_trips() {
+        let mut r = record(r#","mode":"physical""#);
+        r.devices = vec![LeaseDevice {
+            serial: Some("S1".into()),
+            pci: Some("0000:5e:00.0".into()),
+            nsid: Some(1),
+            model: None,
+            size_bytes: 4096,
+            loop_backing_file: None,
+        }];
+        let back: NodeLease = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
 }

@@ -1,0 +1,531 @@
+//! A node wipe decides from the lease record alone (issue #13, item 3): a
+//! helper restarted on a configuration that no longer agrees with the
+//! record — the profile renamed, its mode changed, the allowlist changed, the
+//! record missing or without a mode — refuses, touches nothing and keeps the
+//! record; once the configuration is restored the same wipe (the broker's
+//! `recover`) discards and releases.
+//!
+//! Real parts: a `podman system service` of its own (preflight and stop ask
+//! it), loop devices made non-rotational (the block-device checks, the
+//! discard and its verification run on them, `allow_loop_devices`), and each
+//! "restart" is a new `NodeService` on the `node.toml` rewritten on disk.
+//! Each test runs as its own node in a new network namespace, as in
+//! `node_podman.rs` (preflight counts every DAOS process and port of its
+//! namespace), and panics — never skips — when root, podman or losetup is
+//! missing.
+//!
+//! Physical mode: a physical server container cannot start on this host
+//! (memlock hard limit 8 MiB, and a loop device has no PCI address for
+//! `daos_server.yml`'s `bdev_list`), so the physical start here is the real
+//! `start`, which runs preflight, writes the lease record with the devices
+//! it found and creates the metadata directory, and then fails rendering
+//! `daos_server.yml` — a lease whose devices must still be wiped on cleanup,
+//! exactly what a start failing later on a real node leaves.
+
+#[path = "../../gpuq-blockdev/tests/common/mod.rs"]
+mod common;
+
+use common::{LoopDev, MIB};
+use gpuq_nodesvc::profile::ServiceConfig;
+use gpuq_nodesvc::service::{NodeError, NodeService};
+use gpuq_podman::LibpodClient;
+use gpuq_podman_harness::{PodmanService, TestImage};
+use gpuq_protocol::node::StartRequest;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Re-run `test` alone in a new network namespace (loopback only); true in
+/// that child. Panics when it cannot (not root, no unshare) or the child fails.
+fn as_own_node(test: &str) -> bool {
+    if std::env::var_os("GPUQ_NODE_TEST_CHILD").is_some() {
+        return true;
+    }
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2).map(String::from));
+    assert_eq!(
+        uid.as_deref(),
+        Some("0"),
+        "{test} needs root (network namespace, rootful Podman, loop devices)"
+    );
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("GPUQ_NODE_TEST_CHILD", "1")
+        .output()
+        .expect("run unshare (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{test} in its own network namespace failed:\n{text}"
+    );
+    assert!(text.contains("1 passed"), "{test} did not run:\n{text}");
+    false
+}
+
+/// A server that says what DAOS says when it awaits its format, then idles.
+const SERVER: &str =
+    "trap 'exit 0' TERM; echo server up; echo 'SCM format required on instance 0'; while :; do sleep 1; done";
+
+/// One storage node: its own directories, Podman service and image.
+struct Site {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    podman: PodmanService,
+    image: String,
+    port: u16,
+}
+
+impl Site {
+    async fn new() -> Site {
+        let podman = PodmanService::start();
+        let client = podman.client().await;
+        let image = TestImage::build("server", None);
+        podman.load_image(&client, &image).await;
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        Site {
+            _tmp: tmp,
+            root,
+            podman,
+            image: image.id.to_string(),
+            port,
+        }
+    }
+
+    /// Write `node.toml` with one profile `name` of `mode` and the
+    /// `[[devices]]` tables `devices`, and start a helper on it (a helper
+    /// restart: a new service reading the file as it is now).
+    async fn helper(
+        &self,
+        name: &str,
+        mode: &str,
+        devices: &[&LoopDev],
+    ) -> NodeService<LibpodClient> {
+        let mut text = format!(
+            r#"
+[node]
+name = "da1"
+socket = "{root}/node.sock"
+podman_socket = "{sock}"
+jobs_dir = "{root}/jobs"
+test_dir = "{root}/test"
+allow_loop_devices = true
+
+[profiles.{name}]
+image = "{image}"
+daos_version = "2.8.0"
+mode = "{mode}"
+port = {port}
+fabric_iface = "lo"
+command = ["sh", "-c", "{script}"]
+stop_grace_secs = 5
+format_wait_secs = 60
+"#,
+            root = self.root.display(),
+            sock = self.podman.socket.display(),
+            image = self.image,
+            port = self.port,
+            script = SERVER.replace('"', "\\\""),
+        );
+        for d in devices {
+            text.push_str(&format!(
+                "\n[[devices]]\nloop_backing_file = \"{}\"\n",
+                d.backing.display()
+            ));
+        }
+        let path = self.root.join("node.toml");
+        std::fs::write(&path, text).unwrap();
+        let cfg = ServiceConfig::load(&path).unwrap();
+        NodeService::new(cfg, self.podman.client().await)
+    }
+
+    fn jobs(&self, f: &str) -> PathBuf {
+        self.root.join("jobs").join(f)
+    }
+
+    /// `lease.json` as JSON (read as a value: the test also runs against
+    /// the helper before the fix, whose record type has no mode).
+    fn record(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(self.jobs("lease.json")).expect("lease.json"))
+            .unwrap()
+    }
+
+    /// (step, result) of every audit line of `lease`.
+    fn audit(&self, lease: &str) -> Vec<String> {
+        std::fs::read_to_string(self.jobs(&format!("{lease}/audit.jsonl")))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| {
+                format!(
+                    "{}:{}",
+                    v["step"].as_str().unwrap(),
+                    v["result"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+}
+
+fn req(profile: &str) -> StartRequest {
+    StartRequest {
+        profile: profile.into(),
+        replicas: vec!["da1".into()],
+    }
+}
+
+/// What a device holds: its edge hashes (first and last MiB of the backing
+/// file, the pattern `LoopDev` writes) and its allocated bytes.
+fn content(d: &LoopDev) -> ((u64, u64), u64) {
+    (d.edge_hash(), d.allocated())
+}
+
+/// The refusal the broker holds on: a 409, naming the node and `want`, and
+/// telling the operator to recover.
+fn assert_refused(e: NodeError, want: &str) -> String {
+    let msg = e.to_string();
+    assert!(matches!(e, NodeError::Refused(_)), "not a refusal: {msg}");
+    assert!(
+        msg.contains("node da1") && msg.contains(want) && msg.contains("gpuq recover"),
+        "{want:?} not in: {msg}"
+    );
+    eprintln!("refused, as it must be: {msg}");
+    msg
+}
+
+/// Start `lease` in physical mode on the allowlisted loop devices: the real
+/// start, which fails after the record and the metadata dir are written
+/// (see the module comment), then the confirmed stop (nothing to stop).
+async fn physical_lease(svc: &NodeService<LibpodClient>, site: &Site, lease: &str) {
+    let e = svc.start(lease, &req("inst1")).await.unwrap_err();
+    assert!(
+        e.to_string().contains("PCI address"),
+        "the physical start should fail only at daos_server.yml: {e}"
+    );
+    assert!(site.jobs(&format!("{lease}/control_meta")).is_dir());
+    assert_eq!(site.record()["lease"], lease);
+    svc.stop(lease).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_physical_profile_holds_the_wipe_until_the_config_is_restored() {
+    if !as_own_node("a_renamed_physical_profile_holds_the_wipe_until_the_config_is_restored") {
+        return;
+    }
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    dev.write_data(8 * MIB, 64 * 1024);
+    let svc = site.helper("inst1", "physical", &[&dev]).await;
+    physical_lease(&svc, &site, "L1").await;
+    // The record says the mode and the device, as found by preflight.
+    let rec = site.record();
+    assert_eq!(rec["mode"], "physical", "{rec}");
+    assert_eq!(rec["devices"].as_array().map(Vec::len), Some(1), "{rec}");
+    assert_eq!(
+        rec["devices"][0]["loop_backing_file"],
+        dev.backing.display().to_string()
+    );
+    assert_eq!(rec["devices"][0]["size_bytes"], 64 * MIB);
+    let before = content(&dev);
+    let record_bytes = std::fs::read(site.jobs("lease.json")).unwrap();
+
+    // Restarted with the profile renamed, then with its mode changed to test:
+    // both refuse, and neither touches the device, the metadata or the record.
+    for (name, mode, want) in [
+        ("inst1-renamed", "physical", "profile 'inst1'"),
+        ("inst1", "test", "now test mode"),
+    ] {
+        let restarted = site.helper(name, mode, &[&dev]).await;
+        let msg = assert_refused(restarted.wipe("L1").await.unwrap_err(), want);
+        assert!(msg.contains("restore profile 'inst1'"), "{msg}");
+        assert_eq!(content(&dev), before, "the device was touched");
+        assert!(site.jobs("L1/control_meta").is_dir());
+        assert_eq!(
+            std::fs::read(site.jobs("lease.json")).unwrap(),
+            record_bytes
+        );
+        assert_eq!(
+            std::fs::read_to_string(site.jobs("active-lease")).unwrap(),
+            "L1"
+        );
+    }
+    assert_eq!(site.audit("L1"), ["wipe:refused", "wipe:refused"]);
+
+    // The operator restores node.toml and restarts the helper: `recover`
+    // repeats the wipe, which discards the device and releases the lease.
+    let restored = site.helper("inst1", "physical", &[&dev]).await;
+    let done = restored.wipe("L1").await.unwrap();
+    assert!(
+        !done.already_done && done.detail.contains("discarded 1 device"),
+        "{done:?}"
+    );
+    assert!(
+        dev.head_is_zero(MIB as usize),
+        "the device was not discarded"
+    );
+    assert_ne!(dev.edge_hash(), before.0);
+    assert!(
+        dev.allocated() < before.1,
+        "{} !< {}",
+        dev.allocated(),
+        before.1
+    );
+    assert!(!site.jobs("lease.json").exists() && !site.jobs("active-lease").exists());
+    assert!(!site.jobs("L1/control_meta").exists());
+    assert!(restored.wipe("L1").await.unwrap().already_done);
+    assert_eq!(
+        site.audit("L1"),
+        ["wipe:refused", "wipe:refused", "wipe:ok", "release:ok"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_test_profile_keeps_its_test_dir_until_the_config_is_restored() {
+    if !as_own_node("a_renamed_test_profile_keeps_its_test_dir_until_the_config_is_restored") {
+        return;
+    }
+    let site = Site::new().await;
+    let svc = site.helper("t1", "test", &[]).await;
+    let started = svc.start("L2", &req("t1")).await.unwrap();
+    assert_eq!(site.record()["mode"], "test");
+    let data = PathBuf::from(&started.metadata_dir);
+    std::fs::write(data.join("what-the-job-left"), "pool data").unwrap();
+    svc.stop("L2").await.unwrap();
+    let record_bytes = std::fs::read(site.jobs("lease.json")).unwrap();
+
+    let restarted = site.helper("t1-renamed", "test", &[]).await;
+    assert_refused(restarted.wipe("L2").await.unwrap_err(), "profile 't1'");
+    assert_eq!(
+        std::fs::read_to_string(data.join("what-the-job-left")).unwrap(),
+        "pool data",
+        "the test dir was touched"
+    );
+    assert_eq!(
+        std::fs::read(site.jobs("lease.json")).unwrap(),
+        record_bytes
+    );
+    assert_eq!(
+        std::fs::read_to_string(site.jobs("active-lease")).unwrap(),
+        "L2"
+    );
+
+    let restored = site.helper("t1", "test", &[]).await;
+    let done = restored.wipe("L2").await.unwrap();
+    assert!(!done.already_done, "{done:?}");
+    assert!(
+        !data.exists(),
+        "the test dir is removed once the config is back"
+    );
+    assert!(!site.jobs("lease.json").exists() && !site.jobs("active-lease").exists());
+    assert_eq!(
+        site.audit("L2"),
+        [
+            "start:ok",
+            "stop:ok",
+            "wipe:refused",
+            "wipe:ok",
+            "release:ok"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_modeless_record_refuses_and_touches_nothing() {
+    if !as_own_node("a_missing_or_modeless_record_refuses_and_touches_nothing") {
+        return;
+    }
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    let svc = site.helper("inst1", "physical", &[&dev]).await;
+    physical_lease(&svc, &site, "L3").await;
+    let before = content(&dev);
+    let record_bytes = std::fs::read(site.jobs("lease.json")).unwrap();
+
+    // A record in the older helper's format: no mode, no devices.
+    let mut old = site.record();
+    let o = old.as_object_mut().unwrap();
+    o.remove("mode");
+    o.remove("devices");
+    std::fs::write(site.jobs("lease.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+    assert_refused(svc.wipe("L3").await.unwrap_err(), "no wipe mode");
+    // A mode this helper does not know.
+    old["mode"] = "tape".into();
+    std::fs::write(site.jobs("lease.json"), serde_json::to_vec(&old).unwrap()).unwrap();
+    assert_refused(svc.wipe("L3").await.unwrap_err(), "unknown wipe mode");
+    // Only active-lease left (a record half-written by an older helper).
+    std::fs::remove_file(site.jobs("lease.json")).unwrap();
+    assert_refused(svc.wipe("L3").await.unwrap_err(), "no wipe mode");
+    // No record at all, but the lease's metadata dir is left.
+    std::fs::remove_file(site.jobs("active-lease")).unwrap();
+    assert_refused(svc.wipe("L3").await.unwrap_err(), "no lease record");
+    assert_eq!(content(&dev), before, "the device was touched");
+    assert!(site.jobs("L3/control_meta").is_dir());
+
+    // The same for a test-mode lease's directory without a record.
+    let test_dir = site.root.join("test/L4");
+    std::fs::create_dir_all(&test_dir).unwrap();
+    std::fs::write(test_dir.join("bdev0"), "x").unwrap();
+    let e = svc.wipe("L4").await.unwrap_err();
+    assert_refused(e, "no lease record");
+    assert_eq!(
+        std::fs::read_to_string(test_dir.join("bdev0")).unwrap(),
+        "x"
+    );
+    std::fs::remove_dir_all(&test_dir).unwrap();
+
+    // The operator puts the record back — only lease.json, which is also
+    // what a crash between the release's two removals leaves (active-lease
+    // goes first): the wipe discards and releases.
+    std::fs::write(site.jobs("lease.json"), &record_bytes).unwrap();
+    svc.wipe("L3").await.unwrap();
+    assert!(!site.jobs("active-lease").exists());
+    assert!(
+        dev.head_is_zero(MIB as usize),
+        "the device was not discarded"
+    );
+    assert!(!site.jobs("lease.json").exists() && !site.jobs("L3/control_meta").exists());
+    assert_eq!(
+        site.audit("L3"),
+        [
+            "wipe:refused",
+            "wipe:refused",
+            "wipe:refused",
+            "wipe:refused",
+            "wipe:ok",
+            "release:ok"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowlist_changed_to_other_devices_refuses_and_touches_none() {
+    if !as_own_node("an_allowlist_changed_to_other_devices_refuses_and_touches_none") {
+        return;
+    }
+    let site = Site::new().await;
+    let mine = LoopDev::new(64 * MIB);
+    let other = LoopDev::new(64 * MIB);
+    let svc = site.helper("inst1", "physical", &[&mine]).await;
+    physical_lease(&svc, &site, "L5").await;
+    let (mine_before, other_before) = (content(&mine), content(&other));
+
+    // Restarted with the allowlist naming another device, then both.
+    for (devices, want) in [
+        (vec![&other], "not allowlisted now"),
+        (vec![&mine, &other], "allowlisted but not the lease's"),
+    ] {
+        let restarted = site.helper("inst1", "physical", &devices).await;
+        let msg = assert_refused(restarted.wipe("L5").await.unwrap_err(), want);
+        assert!(msg.contains(&mine.backing.display().to_string()), "{msg}");
+        assert_eq!(
+            content(&mine),
+            mine_before,
+            "the lease's device was touched"
+        );
+        assert_eq!(content(&other), other_before, "another device was touched");
+        assert!(site.jobs("lease.json").exists());
+    }
+
+    // Restored: exactly the lease's device is discarded.
+    let restored = site.helper("inst1", "physical", &[&mine]).await;
+    restored.wipe("L5").await.unwrap();
+    assert!(
+        mine.head_is_zero(MIB as usize),
+        "the lease's device was not discarded"
+    );
+    assert_eq!(content(&other), other_before, "another device was touched");
+    assert!(!site.jobs("lease.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_physical_profile_without_devices_is_refused_before_anything_is_created() {
+    if !as_own_node("a_physical_profile_without_devices_is_refused_before_anything_is_created") {
+        return;
+    }
+    let site = Site::new().await;
+    let svc = site.helper("inst1", "physical", &[]).await;
+    let report = svc
+        .preflight(&gpuq_protocol::node::PreflightRequest {
+            lease: "L6".into(),
+            profile: "inst1".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        report
+            .findings
+            .iter()
+            .any(|f| f.reason == "device_refused" && f.detail.contains("allowlists no device")),
+        "{report:?}"
+    );
+    let e = svc.start("L6", &req("inst1")).await.unwrap_err();
+    assert!(matches!(e, NodeError::Preflight { .. }), "{e}");
+    assert!(!site.root.join("jobs").exists(), "nothing was created");
+}
+
+/// `chattr +i` on a file for as long as it lives (also when the test panics).
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(p: PathBuf) -> Immutable {
+        let ok = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(&p)
+            .status()
+            .expect("run chattr (e2fsprogs)")
+            .success();
+        assert!(ok, "chattr +i {} failed", p.display());
+        Immutable(p)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_between_its_two_removals_leaves_a_wipe_that_can_be_repeated() {
+    if !as_own_node("a_release_cut_between_its_two_removals_leaves_a_wipe_that_can_be_repeated") {
+        return;
+    }
+    let site = Site::new().await;
+    let svc = site.helper("t1", "test", &[]).await;
+    svc.start("L7", &req("t1")).await.unwrap();
+    svc.stop("L7").await.unwrap();
+    // The release cannot remove active-lease (immutable): the wipe fails
+    // there, and what is left must still say how to wipe — lease.json.
+    let pinned = Immutable::set(site.jobs("active-lease"));
+    let e = svc.wipe("L7").await.unwrap_err();
+    assert!(e.to_string().contains("remove active-lease"), "{e}");
+    assert_eq!(site.record()["mode"], "test", "the whole record is left");
+    drop(pinned);
+    // The broker's retry finishes the wipe and the release.
+    let done = svc.wipe("L7").await.unwrap();
+    assert!(!done.already_done, "{done:?}");
+    assert!(!site.jobs("lease.json").exists() && !site.jobs("active-lease").exists());
+}
