@@ -14,8 +14,9 @@
 //! and stderr are the log file the broker already opened safely
 //! (`joblog::create`: `O_NOFOLLOW`, fstat checks), passed with the D-Bus
 //! message as `StandardOutputFileDescriptor`/`StandardErrorFileDescriptor`
-//! (type `h`; `systemd-run --pty` has used them since systemd 219, so
-//! EL8's 239 has them). The former `StandardOutputFileToAppend=<path>` made
+//! (type `h`; `bus_set_transient_std_fd` in systemd's
+//! `src/core/dbus-service.c`, what `systemd-run --pty` uses — older than
+//! EL8's 239, but tested here on 252 only). The former `StandardOutputFileToAppend=<path>` made
 //! systemd open the path as root when it spawned the job, following a
 //! symlink the user had put there meanwhile (issue #13). `WorkingDirectory`
 //! stays a path: systemd enters it after it has switched to the user
