@@ -214,6 +214,33 @@ impl SystemdBox {
         b
     }
 
+    /// The host's PID of the box's PID 1 (systemd).
+    pub fn init_host_pid(&self) -> i32 {
+        let out = self
+            .podman()
+            .args(["inspect", "--format", "{{.State.Pid}}", self.id()])
+            .output()
+            .expect("podman inspect");
+        let pid: i32 = stdout(&out)
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("podman inspect: {}{}", stdout(&out), stderr(&out)));
+        assert!(pid > 1, "podman says PID 1 of the box is host PID {pid}");
+        pid
+    }
+
+    /// Stop the box's systemd (SIGSTOP from the host, which the kernel lets
+    /// through to a namespace's PID 1) until the guard is dropped (SIGCONT,
+    /// also when the test panics). Whatever the broker asks systemd
+    /// meanwhile waits in the bus: this is how a test holds systemd before
+    /// it acts on a request, as a busy host would. Do not call `systemctl`
+    /// while it is held.
+    pub fn hold_systemd(&self) -> HeldSystemd {
+        let pid = nix::unistd::Pid::from_raw(self.init_host_pid());
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP systemd");
+        HeldSystemd { pid }
+    }
+
     /// `podman` with this box's storage and configuration.
     pub fn podman(&self) -> Command {
         let d = self.dir.path();
@@ -552,6 +579,18 @@ impl SystemdBox {
                 .stdin(Stdio::null())
                 .output();
         }
+    }
+}
+
+/// The box's systemd stopped; dropping this lets it go on.
+#[derive(Debug)]
+pub struct HeldSystemd {
+    pid: nix::unistd::Pid,
+}
+
+impl Drop for HeldSystemd {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
     }
 }
 

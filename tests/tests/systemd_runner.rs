@@ -95,7 +95,8 @@ fn job_unit_runs_as_the_user_with_groups_cwd_filtered_env_and_appends_its_log() 
     assert!(!log.contains("DAOS_"), "old DAOS settings leaked: {log}");
     assert!(!log.contains("999"), "{log}");
     // Appended: the broker's own lines before and after the job's output
-    // (systemd opened the file with O_APPEND as StandardOutputFileToAppend).
+    // (the job writes through the broker's O_APPEND file description,
+    // passed to systemd as StandardOutputFileDescriptor).
     let lines: Vec<&str> = log.lines().collect();
     assert!(
         lines[0].starts_with("gpuq: ") && lines[0].contains("queued"),
@@ -447,4 +448,204 @@ fn a_unit_that_ends_while_the_broker_is_down_is_settled_from_systemds_record() {
     let j = b.wait_state(ok, "completed", 30);
     assert_eq!(j["exit_code"], 0, "{j}");
     assert!(eventually(10, || !b.unit_loaded(ok)), "unit not released");
+}
+
+/// `sh -c SCRIPT` in the box as `u` (its groups too).
+fn sh_as(b: &SystemdBox, u: &User, cwd: &str, script: &str) -> std::process::Output {
+    let reuid = format!("--reuid={}", u.uid);
+    let regid = format!("--regid={}", u.gid);
+    let groups = format!(
+        "--groups={}",
+        u.groups
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    b.exec(
+        cwd,
+        &[],
+        &["setpriv", &reuid, &regid, &groups, "sh", "-c", script],
+    )
+}
+
+#[test]
+fn a_log_swapped_for_a_symlink_before_systemd_starts_the_unit_leaves_the_target_untouched() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    // A root-only file the user cannot touch, with an old mtime.
+    b.sh_ok(
+        "mkdir -m 700 /root-only && printf 'root data\\n' > /root-only/precious && \
+         chmod 600 /root-only/precious && touch -d '2020-01-02 03:04:05' /root-only/precious",
+    );
+    let stat = "stat -c '%s %Y %Z %i' /root-only/precious";
+    let before = b.sh_ok(stat);
+    // Hold systemd: the broker creates the log (opened safely, by fd), then
+    // its StartTransientUnit waits in the bus until systemd goes on — the
+    // window an `--inst` job's preparation, or a busy systemd, gives a user.
+    let held = b.hold_systemd();
+    let id = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "echo job-output-1; sleep 1; echo job-output-2",
+        ],
+    );
+    let log = format!("/var/log/gpuq/61001/gpuq-{id}.log");
+    assert!(
+        eventually(15, || b.read(&log).contains("with the systemd runner")),
+        "the broker did not create {log}: {}",
+        b.read(&log)
+    );
+    // The user puts a symlink to the root-only file where the log was.
+    let swap = sh_as(
+        &b,
+        &a,
+        "/",
+        &format!("mv {log} {log}.moved && ln -s /root-only/precious {log}"),
+    );
+    assert!(swap.status.success(), "swap: {}", stderr(&swap));
+    drop(held);
+    let j = b.wait_state(id, "completed", 30);
+    assert_eq!(j["exit_code"], 0, "{j}");
+    assert_eq!(
+        b.sh_ok("cat /root-only/precious"),
+        "root data\n",
+        "root's file was written through the user's symlink"
+    );
+    assert_eq!(
+        b.sh_ok(stat),
+        before,
+        "root's file changed (size, mtime, ctime, inode)"
+    );
+    // The job wrote into the file the broker opened (the user moved it).
+    let moved = b.read(&format!("{log}.moved"));
+    assert!(
+        moved.contains("job-output-1\njob-output-2\n"),
+        "output not in the broker-opened log:\n{moved}"
+    );
+    // No path of a user-writable place is in a unit's properties (a
+    // finished job's unit is gone: look at a running one's).
+    let id2 = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "while [ ! -e release ]; do sleep 0.1; done",
+        ],
+    );
+    b.wait_state(id2, "running", 30);
+    assert!(eventually(10, || b.unit_prop(id2, "ActiveState") == "active"));
+    let props = b.sh_ok(&format!("systemctl show gpuq-job-{id2}.service"));
+    assert!(
+        !props.contains("/var/log/gpuq"),
+        "a log path in the unit:\n{}",
+        props
+            .lines()
+            .filter(|l| l.contains("/var/log/gpuq"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    b.sh_ok(&format!("touch {w}/release"));
+    b.wait_state(id2, "completed", 30);
+}
+
+#[test]
+fn environment_names_systemd_refuses_still_reach_the_job() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    // Lmod exports its `module` function as BASH_FUNC_module%%; names with
+    // `.`, `-`, `%` or a leading digit, and a value with a control
+    // character, are refused by systemd's Environment= (env_name_is_valid,
+    // env_value_is_valid). The job must start with all of them.
+    let env = [
+        ("BASH_FUNC_module%%", "() {  echo module-ran \"$@\"\n}"),
+        ("with.dot", "dot value"),
+        ("with-dash", "dash value"),
+        ("9LIVES", "nine"),
+        ("PCT%NAME", "pct"),
+        ("ESC_VALUE", "a\u{1b}b"),
+        ("NEWLINE_VALUE", "line1\nline2"),
+        ("PLAIN_NAME", "plain $HOME value"),
+    ];
+    let out = b.gpuq_in(
+        Some(&a),
+        &w,
+        &env,
+        &[
+            "submit",
+            "--",
+            "bash",
+            "-c",
+            "module load cuda; env -0 | sort -z | tr '\\0' '\\036'; echo",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().expect("job ID");
+    let j = b.wait_state(id, "completed", 30);
+    assert_eq!(j["exit_code"], 0, "{j}");
+    let log = b.log_of(id);
+    assert!(log.contains("module-ran load cuda\n"), "{log}");
+    let job_env: Vec<&str> = log
+        .lines()
+        .find(|l| l.contains('\u{1e}'))
+        .unwrap_or_else(|| panic!("no environment dump in the log:\n{log}"))
+        .split('\u{1e}')
+        .collect();
+    for (k, v) in env {
+        if k.starts_with("BASH_FUNC_") {
+            continue; // bash re-exports the function in its own format
+        }
+        let want = format!("{k}={v}");
+        assert!(
+            log.contains(&want),
+            "{k} did not reach the job as {want:?}:\n{job_env:?}"
+        );
+    }
+}
+
+#[test]
+fn a_jobs_process_has_only_stdin_and_its_log_open() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    // `ls` is the shell's child: its own directory descriptor is not listed.
+    let id = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "echo fds-begin; ls /proc/$$/fd; echo fds-end; \
+             readlink /proc/$$/fd/0 /proc/$$/fd/1 /proc/$$/fd/2",
+        ],
+    );
+    let j = b.wait_state(id, "completed", 30);
+    assert_eq!(j["exit_code"], 0, "{j}");
+    let log = b.log_of(id);
+    let lines: Vec<&str> = log.lines().collect();
+    let start = lines
+        .iter()
+        .position(|l| *l == "fds-begin")
+        .unwrap_or_else(|| panic!("{log}"));
+    let fds: Vec<&str> = lines[start + 1..]
+        .iter()
+        .take_while(|l| **l != "fds-end")
+        .copied()
+        .collect();
+    assert_eq!(fds, ["0", "1", "2"], "{log}");
+    let log_path = j["log_path"].as_str().unwrap();
+    let links = format!("/dev/null\n{log_path}\n{log_path}\n");
+    assert!(log.contains(&links), "stdin, stdout, stderr:\n{log}");
 }

@@ -1,7 +1,7 @@
 //! Process helpers: the peer's supplementary groups from a unix socket, a
 //! pidfd that says when a process (not our child) exits, and the `pre_exec`
-//! hook that places a child in its cgroup and drops it to the submitter's
-//! identity before `exec`.
+//! hook that places a child in its cgroup, drops it to the submitter's
+//! identity and lets it keep no descriptor but 0, 1 and 2 across `exec`.
 
 use std::ffi::CString;
 use std::io;
@@ -106,12 +106,81 @@ pub struct ChildSetup {
     pub cwd: Option<CString>,
 }
 
+/// The highest descriptor number the fallback of [`cloexec_above_stdio`]
+/// looks at when the soft `RLIMIT_NOFILE` is unlimited (the kernel's default
+/// `fs.nr_open` is 2^20).
+const FALLBACK_FD_CEILING: u64 = 1 << 20;
+
+/// Mark every descriptor above 2 close-on-exec, in the calling process.
+///
+/// Meant for the child between `fork` and `exec` (it is async-signal-safe:
+/// two raw syscalls, no allocation). The descriptors stay usable until the
+/// `exec` — std's own pipe that reports a failed `exec` keeps working — and
+/// none of them reaches the new program: a descriptor the parent holds
+/// without `O_CLOEXEC` (one it inherited from whoever started it, or one a
+/// library such as NVML opened) never reaches a user's job.
+///
+/// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)` (Linux ≥ 5.11); on an older
+/// kernel (EL8's 4.18 answers `ENOSYS`, 5.9/5.10 `EINVAL` for the flag)
+/// `fcntl(FD_CLOEXEC)` on every number below the soft `RLIMIT_NOFILE`.
+pub fn cloexec_above_stdio() -> io::Result<()> {
+    // SAFETY: close_range takes three integers and no pointers; with
+    // CLOSE_RANGE_CLOEXEC it only sets a flag on descriptors. The result is
+    // checked below. Called as a raw syscall so that the binary does not
+    // need glibc 2.34's wrapper (EL8 has glibc 2.28).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3 as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC as libc::c_uint,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if !matches!(e.raw_os_error(), Some(libc::ENOSYS) | Some(libc::EINVAL)) {
+        return Err(e);
+    }
+    cloexec_by_fcntl()
+}
+
+/// [`cloexec_above_stdio`] for kernels without `close_range`'s
+/// `CLOSE_RANGE_CLOEXEC`: one `fcntl` per possible descriptor number.
+fn cloexec_by_fcntl() -> io::Result<()> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid, writable rlimit for the call's duration.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let ceiling = if lim.rlim_cur == libc::RLIM_INFINITY {
+        FALLBACK_FD_CEILING
+    } else {
+        lim.rlim_cur.min(FALLBACK_FD_CEILING)
+    };
+    for fd in 3..ceiling as libc::c_int {
+        // SAFETY: fcntl(F_SETFD) on a number that may not be open: EBADF is
+        // the only effect then, and it is ignored on purpose.
+        unsafe {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
+    Ok(())
+}
+
 /// Install `setup` as a `pre_exec` hook on `cmd`.
 ///
 /// The hook only makes async-signal-safe syscalls on data prepared before
 /// the fork (no allocation, no locks), as `fork` in a threaded process
 /// requires. Do not combine with `Command::uid`/`gid`/`current_dir`: std runs
 /// those *before* this hook, and its `uid` resets the supplementary groups.
+///
+/// Whatever `setup` says, the new program gets no descriptor but the 0, 1
+/// and 2 that `cmd`'s stdio settings gave it ([`cloexec_above_stdio`]).
 pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
     let ChildSetup {
         cgroup_procs,
@@ -122,6 +191,8 @@ pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
     let cgroup_fd = cgroup_procs;
     let ident: Option<(libc::uid_t, libc::gid_t, Vec<libc::gid_t>)> = identity;
     let hook = move || -> io::Result<()> {
+        // std has already put the child's stdio on 0, 1 and 2.
+        cloexec_above_stdio()?;
         if let Some(fd) = &cgroup_fd {
             let zero = b"0";
             // SAFETY: writes 1 byte from a static buffer to an fd we own.
@@ -160,7 +231,8 @@ pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
         Ok(())
     };
     // SAFETY: the hook above only performs async-signal-safe syscalls
-    // (write, setsid, setgroups, setresgid, setresuid, chdir) on memory that
+    // (close_range or fcntl and getrlimit, write, setsid, setgroups,
+    // setresgid, setresuid, chdir) on memory that
     // was allocated before the fork; it allocates nothing and takes no locks.
     unsafe {
         cmd.pre_exec(hook);
@@ -207,6 +279,92 @@ mod tests {
             .expect("not resolved after the exit")
             .expect("reactor");
         child.wait().expect("reap");
+    }
+
+    /// The descriptor numbers a child started with `install_child_setup`
+    /// has open: the child is `sh`, its own child `ls` lists sh's table
+    /// (`; true` keeps sh from exec'ing ls in its place).
+    fn fds_of_child(setup: ChildSetup) -> Vec<String> {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "ls /proc/$$/fd; true"])
+            .stdin(std::process::Stdio::null());
+        install_child_setup(&mut cmd, setup);
+        let out = cmd.output().expect("run sh");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_child_keeps_only_stdio_even_of_descriptors_opened_without_cloexec() {
+        // A descriptor without O_CLOEXEC, as one inherited by the broker or
+        // opened by a C library would be.
+        // SAFETY: open with a static NUL-terminated path; checked.
+        let raw = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        assert!(raw > 2, "open /dev/null: {}", io::Error::last_os_error());
+        // SAFETY: `raw` was just opened and is owned only here.
+        let leaky = unsafe { OwnedFd::from_raw_fd(raw) };
+        // Without the hook the child would see it (the control case).
+        let mut plain = Command::new("sh");
+        plain.args(["-c", "ls /proc/$$/fd; true"]);
+        let out = plain.output().expect("run sh");
+        let seen: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert!(seen.contains(&raw.to_string()), "control: {seen:?}");
+        // With it, only 0, 1, 2 (the pipe std uses to report a failed exec
+        // is close-on-exec and gone too).
+        let fds = fds_of_child(ChildSetup {
+            cgroup_procs: None,
+            new_session: true,
+            identity: None,
+            cwd: None,
+        });
+        assert_eq!(fds, ["0", "1", "2"], "leaked: {fds:?}");
+        drop(leaky);
+    }
+
+    #[test]
+    fn the_fallback_for_old_kernels_marks_the_same_descriptors() {
+        // SAFETY: open with a static NUL-terminated path; checked.
+        let raw = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        assert!(raw > 2, "open /dev/null: {}", io::Error::last_os_error());
+        // SAFETY: `raw` was just opened and is owned only here.
+        let leaky = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "ls /proc/$$/fd; true"])
+            .stdin(std::process::Stdio::null());
+        // SAFETY: the hook makes only getrlimit and fcntl calls, both
+        // async-signal-safe, and allocates nothing.
+        unsafe {
+            cmd.pre_exec(cloexec_by_fcntl);
+        }
+        let out = cmd.output().expect("run sh");
+        let fds: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(fds, ["0", "1", "2"], "leaked: {fds:?}");
+        drop(leaky);
+    }
+
+    #[test]
+    fn a_failed_exec_is_still_reported_after_the_cloexec_step() {
+        let mut cmd = Command::new("/nonexistent/gpuq-no-such-program");
+        install_child_setup(
+            &mut cmd,
+            ChildSetup {
+                cgroup_procs: None,
+                new_session: false,
+                identity: None,
+                cwd: None,
+            },
+        );
+        let e = cmd.spawn().expect_err("spawn of a missing program");
+        assert_eq!(e.kind(), io::ErrorKind::NotFound, "{e}");
     }
 
     #[test]

@@ -3,9 +3,35 @@
 //! `systemd-run` subprocess). systemd gives the unit its own cgroup, so
 //! `KillUnit(..., "all", SIGKILL)` ends the whole tree.
 //!
-//! The unit runs the user's command through `/bin/sh -c 'exec "$@"'` so that
-//! a command name is looked up in the user's own `PATH` (transient units need
-//! an absolute `ExecStart`). `RemainAfterExit=yes` keeps the unit — and its
+//! The unit runs the user's command through `/bin/bash --posix -c 'exec "$@"'`
+//! so that a command name is looked up in the user's own `PATH` (transient
+//! units need an absolute `ExecStart`); bash because it passes environment
+//! entries of any name on to the command, which dash (Debian's `/bin/sh`)
+//! drops, and `--posix` because that is how EL's `/bin/sh` (bash) runs: no
+//! `BASH_ENV` or other start-up file is read.
+//!
+//! **No path of the user's is handed to systemd as root.** The job's stdout
+//! and stderr are the log file the broker already opened safely
+//! (`joblog::create`: `O_NOFOLLOW`, fstat checks), passed with the D-Bus
+//! message as `StandardOutputFileDescriptor`/`StandardErrorFileDescriptor`
+//! (type `h`; `bus_set_transient_std_fd` in systemd's
+//! `src/core/dbus-service.c`, what `systemd-run --pty` uses — older than
+//! EL8's 239, but tested here on 252 only). The former `StandardOutputFileToAppend=<path>` made
+//! systemd open the path as root when it spawned the job, following a
+//! symlink the user had put there meanwhile (issue #13). `WorkingDirectory`
+//! stays a path: systemd enters it after it has switched to the user
+//! (execute.c: "Apply working directory here, because the working directory
+//! might be on NFS and only the user running this service might have the
+//! correct privilege"), so it reaches only what the user could `cd` to.
+//!
+//! **Environment.** systemd refuses a whole `Environment=` list with one
+//! name outside `[A-Za-z_][A-Za-z0-9_]*` (`env_name_is_valid`), and EL8's 239
+//! also values with control characters (`env_value_is_valid`); Lmod exports
+//! `BASH_FUNC_module%%`. Such entries are given to the job by
+//! `/usr/bin/env -- NAME=VALUE… /bin/bash …` in `ExecStart` instead, so that
+//! the job gets exactly the environment it would get with the direct runner.
+//!
+//! `RemainAfterExit=yes` keeps the unit — and its
 //! `ExecMainCode`/`ExecMainStatus` — after the main process ends, also while
 //! the broker is restarting; the broker stops and resets it after reading
 //! the status. `Type=exec` makes the start job fail when systemd cannot set
@@ -21,8 +47,9 @@ use super::{JobSpec, Outcome, Runner, RunnerError};
 use async_trait::async_trait;
 use gpuq_protocol::JobId;
 use std::fs::File;
+use std::os::fd::AsFd;
 use std::time::Duration;
-use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
+use zbus::zvariant::{Fd, OwnedObjectPath, OwnedValue, Value};
 
 const DEST: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
@@ -44,9 +71,73 @@ fn unit_name(id: JobId) -> String {
     format!("gpuq-job-{id}.service")
 }
 
+/// What runs the user's command (see the module's doc).
+const SHELL: &str = "/bin/bash";
+/// What sets the environment entries `Environment=` cannot carry.
+const ENV: &str = "/usr/bin/env";
+
 /// `$` → `$$`: what systemd turns back into one literal `$` in ExecStart.
 fn escape_dollars(arg: &str) -> String {
     arg.replace('$', "$$")
+}
+
+/// Whether systemd takes `name=value` in a transient unit's `Environment=`
+/// on every version we run on (239 and later): `env_name_is_valid` — not
+/// empty, not starting with a digit, only ASCII letters, digits and `_` —
+/// and `env_value_is_valid` as strict as 239's (no control character but
+/// TAB; newer versions allow more, 239 does not).
+fn systemd_takes(name: &str, value: &str) -> bool {
+    let name_ok = name
+        .bytes()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
+        && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
+    name_ok && !value.chars().any(|c| c.is_control() && c != '\t')
+}
+
+/// The job's environment split into what goes into `Environment=` and what
+/// `env(1)` sets (in order; a later entry of the same name wins, as the
+/// broker's own entries come last — systemd would refuse duplicates).
+fn split_env(env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
+    let mut last: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, (k, _)) in env.iter().enumerate() {
+        last.insert(k.as_str(), i);
+    }
+    let (mut unit, mut by_env) = (Vec::new(), Vec::new());
+    for (i, (k, v)) in env.iter().enumerate() {
+        if last.get(k.as_str()) != Some(&i) {
+            continue;
+        }
+        if systemd_takes(k, v) {
+            unit.push(format!("{k}={v}"));
+        } else {
+            by_env.push(format!("{k}={v}"));
+        }
+    }
+    (unit, by_env)
+}
+
+/// `ExecStart`'s (path, argv) for the job, before `$` escaping.
+fn exec_start(spec: &JobSpec, by_env: &[String]) -> (String, Vec<String>) {
+    let mut argv: Vec<String> = Vec::new();
+    let path = if by_env.is_empty() {
+        SHELL
+    } else {
+        // `--` ends env's options; every entry has a `=` (filter_env drops
+        // names with one), so env takes each as an assignment up to SHELL.
+        argv.extend(["env".to_string(), "--".to_string()]);
+        argv.extend(by_env.iter().cloned());
+        ENV
+    };
+    argv.extend([
+        SHELL.to_string(),
+        "--posix".to_string(),
+        "-c".to_string(),
+        "exec \"$@\"".to_string(),
+        format!("gpuq-job-{}", spec.id),
+    ]);
+    argv.extend(spec.argv.iter().cloned());
+    (path.to_string(), argv)
 }
 
 /// systemd resolves `User=`, `Group=` and `SupplementaryGroups=` in the
@@ -90,9 +181,9 @@ const SYSTEMD_EXIT_CODES: std::ops::RangeInclusive<i32> = 200..=245;
 fn start_failure(spec: &JobSpec, result: &str, status: Option<i32>) -> RunnerError {
     let step = match status {
         Some(200) => format!(" at step CHDIR: cannot enter {}", spec.cwd),
-        Some(203) => " at step EXEC: cannot execute /bin/sh".to_string(),
+        Some(203) => format!(" at step EXEC: cannot execute {SHELL} or {ENV}"),
         Some(209) => format!(
-            " at step STDOUT: cannot open the log file {}",
+            " at step STDOUT: cannot use the log file {}",
             spec.log_path.display()
         ),
         Some(216) => " at step GROUP: cannot set the groups".to_string(),
@@ -265,16 +356,17 @@ impl Runner for SystemdRunner {
         "systemd"
     }
 
-    async fn start(&self, spec: &JobSpec, _log: File) -> Result<(), RunnerError> {
+    async fn start(&self, spec: &JobSpec, log: File) -> Result<(), RunnerError> {
         known_ids(spec)?;
-        let log = spec.log_path.display().to_string();
-        let mut argv = vec![
-            "/bin/sh".to_string(),
-            "-c".to_string(),
-            "exec \"$@\"".to_string(),
-            format!("gpuq-job-{}", spec.id),
-        ];
-        argv.extend(spec.argv.iter().cloned());
+        let (env, by_env) = split_env(&spec.env);
+        if !by_env.is_empty() {
+            let names: Vec<&str> = by_env
+                .iter()
+                .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k))
+                .collect();
+            tracing::debug!(job = %spec.id, "environment through env(1): {}", names.join(" "));
+        }
+        let (path, argv) = exec_start(spec, &by_env);
         // systemd substitutes `$NAME`, `${NAME}` and `$$` in ExecStart when
         // it spawns the process, also in a transient unit's: `$$` in a
         // user's `bash -c 'echo $$'` would reach bash as `$`, `$HOME` as
@@ -282,8 +374,7 @@ impl Runner for SystemdRunner {
         // dollar, understood by every version; the `:` no-expansion prefix
         // needs 243+, and EL8 has 239).
         let argv: Vec<String> = argv.iter().map(|a| escape_dollars(a)).collect();
-        let exec: Vec<(String, Vec<String>, bool)> = vec![("/bin/sh".to_string(), argv, false)];
-        let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let exec: Vec<(String, Vec<String>, bool)> = vec![(path, argv, false)];
         let groups: Vec<String> = spec.groups.iter().map(|g| g.to_string()).collect();
         // A backstop only: the broker enforces the limit itself.
         let runtime_max_usec = (spec.time_limit_secs + 300) * 1_000_000;
@@ -299,8 +390,16 @@ impl Runner for SystemdRunner {
             ("WorkingDirectory", Value::from(spec.cwd.clone())),
             ("Environment", Value::from(env)),
             ("StandardInput", Value::from("null")),
-            ("StandardOutputFileToAppend", Value::from(log.clone())),
-            ("StandardErrorFileToAppend", Value::from(log)),
+            // The broker's own open file description (O_APPEND), sent with
+            // the message: systemd dup2()s it to 1 and 2, opening nothing.
+            (
+                "StandardOutputFileDescriptor",
+                Value::Fd(Fd::from(log.as_fd())),
+            ),
+            (
+                "StandardErrorFileDescriptor",
+                Value::Fd(Fd::from(log.as_fd())),
+            ),
             ("RuntimeMaxUSec", Value::from(runtime_max_usec)),
         ];
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = vec![];
@@ -455,6 +554,115 @@ mod tests {
             "echo $$$$ $${HOME} $$X 100%"
         );
         assert_eq!(escape_dollars("plain"), "plain");
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn names_and_values_systemd_refuses_go_through_env() {
+        let (unit, by_env) = split_env(&env(&[
+            ("PATH", "/usr/bin:/bin"),
+            ("_under", "x"),
+            ("TABBED", "a\tb"),
+            ("DOLLAR", "$HOME 100%"),
+            ("BASH_FUNC_module%%", "() {  eval x\n}"),
+            ("with.dot", "1"),
+            ("with-dash", "2"),
+            ("9LIVES", "3"),
+            ("ESC", "a\u{1b}b"),
+            ("NL", "a\nb"),
+            ("DEL", "a\u{7f}"),
+            ("Ünicode", "4"),
+        ]));
+        assert_eq!(
+            unit,
+            [
+                "PATH=/usr/bin:/bin",
+                "_under=x",
+                "TABBED=a\tb",
+                "DOLLAR=$HOME 100%"
+            ]
+        );
+        assert_eq!(
+            by_env,
+            [
+                "BASH_FUNC_module%%=() {  eval x\n}",
+                "with.dot=1",
+                "with-dash=2",
+                "9LIVES=3",
+                "ESC=a\u{1b}b",
+                "NL=a\nb",
+                "DEL=a\u{7f}",
+                "Ünicode=4",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_repeated_name_is_sent_once_with_its_last_value() {
+        let (unit, by_env) = split_env(&env(&[
+            ("A", "first"),
+            ("x.y", "1"),
+            ("B", "b"),
+            ("A", "second"),
+            ("x.y", "2"),
+        ]));
+        assert_eq!(unit, ["B=b", "A=second"]);
+        assert_eq!(by_env, ["x.y=2"]);
+    }
+
+    fn spec(argv: &[&str]) -> JobSpec {
+        JobSpec {
+            id: JobId(7),
+            uid: 0,
+            gid: 0,
+            groups: vec![],
+            user: "root".into(),
+            argv: argv.iter().map(|a| a.to_string()).collect(),
+            cwd: "/".into(),
+            env: vec![],
+            log_path: "/dev/null".into(),
+            time_limit_secs: 60,
+        }
+    }
+
+    #[test]
+    fn exec_start_is_bash_posix_and_env_only_when_needed() {
+        let (path, argv) = exec_start(&spec(&["python", "x.py"]), &[]);
+        assert_eq!(path, "/bin/bash");
+        assert_eq!(
+            argv,
+            [
+                "/bin/bash",
+                "--posix",
+                "-c",
+                "exec \"$@\"",
+                "gpuq-job-7",
+                "python",
+                "x.py"
+            ]
+        );
+        let (path, argv) = exec_start(&spec(&["true"]), &["a.b=1".to_string()]);
+        assert_eq!(path, "/usr/bin/env");
+        assert_eq!(
+            argv,
+            [
+                "env",
+                "--",
+                "a.b=1",
+                "/bin/bash",
+                "--posix",
+                "-c",
+                "exec \"$@\"",
+                "gpuq-job-7",
+                "true"
+            ]
+        );
     }
 
     #[test]
