@@ -77,7 +77,7 @@ pub fn skip_reason() -> Option<String> {
 macro_rules! require_cluster_env {
     () => {
         if let Some(why) = $crate::cluster::skip_reason() {
-            eprintln!("SKIPPED: {why}");
+            $crate::cannot_run(module_path!(), &why);
             return;
         }
     };

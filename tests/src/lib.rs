@@ -44,7 +44,10 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
-/// Why a test cannot run here, if it cannot (printed, then the test returns).
+pub use gpuq_test_skip::cannot_run;
+
+/// Why a test cannot run here, if it cannot ([`require_env!`] fails the test
+/// with it, or skips where a developer set `GPUQ_ALLOW_SKIP=1`).
 pub fn skip_reason() -> Option<String> {
     if !nix::unistd::Uid::effective().is_root() {
         return Some("needs root (the broker drops privileges and manages cgroups)".into());
@@ -62,7 +65,7 @@ pub fn skip_reason() -> Option<String> {
 macro_rules! require_env {
     () => {
         if let Some(why) = $crate::skip_reason() {
-            eprintln!("SKIPPED: {why}");
+            $crate::cannot_run(module_path!(), &why);
             return;
         }
     };

@@ -88,7 +88,7 @@ pub fn skip_reason() -> Option<String> {
 macro_rules! require_systemd_box {
     () => {
         if let Some(why) = $crate::systemd_box::skip_reason() {
-            eprintln!("SKIPPED: {why}");
+            $crate::cannot_run(module_path!(), &why);
             return;
         }
     };

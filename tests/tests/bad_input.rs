@@ -192,7 +192,10 @@ fn broker_refuses_unknown_keys_bad_values_and_unsafe_config_files() {
 fn an_unknown_gpu_state_keeps_the_gate_closed_and_says_why() {
     require_env!();
     if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists() {
-        eprintln!("SKIPPED: this host has NVML; the refusal path needs a host without it");
+        cannot_run(
+            "an_unknown_gpu_state_keeps_the_gate_closed_and_says_why",
+            "this host has NVML; the refusal path needs a host without it",
+        );
         return;
     }
     let b = TestBroker::start_with("gpu = \"nvml\"\n");

@@ -4,7 +4,7 @@
 //! behind, also after `up` crashed or daemons died.
 //!
 //! Each test has its own cluster dir and namespace prefix, so they run in
-//! parallel. Run as root; they print `SKIPPED: reason` otherwise.
+//! parallel. Run as root; they fail with the reason otherwise (tests/skip).
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! containers started by its full image ID run `dmg --help` and a
 //! one-server system (format → joined → clean SIGTERM stop).
 //!
-//! Needs root and podman; otherwise prints `SKIPPED: reason`. It runs the
+//! Needs root and podman; otherwise it fails with the reason (tests/skip). It runs the
 //! documented static build (`RUSTFLAGS="-C target-feature=+crt-static" cargo
 //! build -p daos-sim --release --target x86_64-unknown-linux-gnu`, through
 //! build.sh, about 2 minutes cold on 2 cores, cached afterwards) and checks
@@ -108,7 +108,10 @@ async fn exec(client: &LibpodClient, ctr: &str, cmd: &[&str]) -> (i32, String, S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn image_loads_and_runs_a_simulated_server_by_full_id() {
     if let Some(reason) = skip_reason() {
-        println!("SKIPPED: {reason}");
+        gpuq_podman_harness::cannot_run(
+            "image_loads_and_runs_a_simulated_server_by_full_id",
+            &reason,
+        );
         return;
     }
     let work = tempfile::Builder::new()

@@ -106,7 +106,10 @@ fn root_filesystem_disk_is_an_os_disk() {
     let dev = DevNum::from_rdev(std::fs::metadata("/").unwrap().dev());
     let os = gpuq_blockdev::wipe::os_disks().unwrap();
     if dev.is_anonymous() {
-        eprintln!("skipped: / is not on a block device here ({dev})");
+        common::skip(
+            "root_filesystem_disk_is_an_os_disk",
+            &format!("/ is not on a block device here ({dev})"),
+        );
         return;
     }
     let below = system::disks_below(dev).unwrap();

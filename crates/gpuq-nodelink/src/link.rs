@@ -1048,7 +1048,10 @@ mod tests {
             .output()
             .is_err()
         {
-            eprintln!("SKIPPED: needs the ssh client");
+            gpuq_test_skip::cannot_run(
+                "an_unreachable_node_is_down_with_its_error_and_retried_with_backoff",
+                "needs the ssh client (openssh-client)",
+            );
             return;
         }
         let d = tempfile::tempdir().expect("tmp");

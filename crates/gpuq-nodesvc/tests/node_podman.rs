@@ -20,7 +20,7 @@ fn as_own_node(test: &str) -> bool {
         return true;
     }
     if !nix_is_root() {
-        eprintln!("SKIPPED: {test} needs root (network namespace, rootful Podman)");
+        gpuq_podman_harness::cannot_run(test, "needs root (network namespace, rootful Podman)");
         return false;
     }
     let exe = std::env::current_exe().unwrap();

@@ -264,7 +264,8 @@ async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_c
     // A service in its own PID namespace reports PIDs of that namespace,
     // as a Podman on another host would: in ours they name no process of
     // the container (or another process entirely).
-    if gpuq_podman_harness::skip_reason().is_some() {
+    if let Some(why) = gpuq_podman_harness::skip_reason() {
+        gpuq_podman_harness::cannot_run("stop_local_leaves_the_stop_to_podman", &why);
         return;
     }
     let svc = PodmanService::start_in_own_pid_namespace();

@@ -59,6 +59,8 @@ const APPLETS: &[&str] = &[
     "hostname",
 ];
 
+pub use gpuq_test_skip::cannot_run;
+
 /// Returns a reason to skip when podman is not installed (CI installs it).
 pub fn skip_reason() -> Option<String> {
     let found = std::env::var_os("PATH")
@@ -75,7 +77,7 @@ pub fn skip_reason() -> Option<String> {
 /// installed. Any other failure panics: a broken setup must not pass.
 pub fn service_or_skip(test: &str) -> Option<PodmanService> {
     if let Some(reason) = skip_reason() {
-        eprintln!("SKIP {test}: {reason}");
+        cannot_run(test, &reason);
         return None;
     }
     assert!(
