@@ -7,6 +7,7 @@ pub mod config;
 pub mod daos;
 pub mod error;
 pub mod exec;
+pub mod exec_dirs;
 pub mod gpu;
 pub mod joblog;
 pub mod policy;
