@@ -539,3 +539,95 @@ fn a_submit_dir_swapped_after_submit_or_a_workdir_with_dotdot_mounts_nothing() {
     assert!(wrong.is_empty(), "{wrong:#?}\n{}", s.log(id));
     s.assert_clean();
 }
+
+#[test]
+fn a_hostile_submit_directory_string_mounts_nothing() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-cwd");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    // Job 1: submitted over the API (not the CLI, which sends its real
+    // cwd) with a directory that has '..' in it; it names alice's own
+    // directory, so the job runs, but daos-exec refuses the text.
+    let name = w.file_name().unwrap().to_str().unwrap();
+    let dotted = format!("{}/../{name}", w.display());
+    let req = serde_json::json!({
+        "argv": ["bash", "-c", format!("{g} daos-exec -- true 2> dotted.err; echo $? > dotted.rc")],
+        "cwd": dotted,
+        "env": [],
+        "inst": "test",
+    });
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=61001",
+            "--regid=61001",
+            "--groups=61001",
+            "curl",
+            "-sS",
+        ])
+        .arg("--unix-socket")
+        .arg(&s.b.socket)
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(req.to_string())
+        .arg("http://d/v1/jobs")
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let id1 = answer["id"].as_u64().unwrap_or_else(|| panic!("{answer}"));
+    // Job 2: alice submits from / (the CLI, as she would).
+    let script = format!(
+        "{g} daos-exec -- true 2> {w}/root.err; echo $? > {w}/root.rc",
+        w = w.display()
+    );
+    let id2 = s.b.submit(
+        Some(&a),
+        std::path::Path::new("/"),
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    s.expect_end(id1, "completed", 120);
+    s.expect_end(id2, "completed", 120);
+    let read = |f: &str| std::fs::read_to_string(w.join(f)).unwrap_or_default();
+    eprintln!(
+        "--- refusals ---\n{}{}",
+        read("dotted.err"),
+        read("root.err")
+    );
+    let mut wrong = Vec::new();
+    if !(read("dotted.rc").trim() == "1"
+        && read("dotted.err").contains("submit directory")
+        && read("dotted.err").contains("contains '..'")
+        && read("dotted.err").lines().count() == 1)
+    {
+        wrong.push(format!(
+            "cwd with '..': rc {:?} err {:?}",
+            read("dotted.rc"),
+            read("dotted.err")
+        ));
+    }
+    if !(read("root.rc").trim() == "1"
+        && read("root.err").contains("submit directory is /")
+        && read("root.err").lines().count() == 1)
+    {
+        wrong.push(format!(
+            "cwd /: rc {:?} err {:?}",
+            read("root.rc"),
+            read("root.err")
+        ));
+    }
+    let created = created_on_cxl2(&s);
+    if !(created.iter().any(|n| n.contains("-agent"))
+        && !created.iter().any(|n| n.contains("-client-")))
+    {
+        wrong.push(format!("containers created on cxl2: {created:?}"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{wrong:#?}\n{}\n{}",
+        s.log(id1),
+        s.log(id2)
+    );
+    s.assert_clean();
+}
