@@ -631,3 +631,98 @@ fn a_hostile_submit_directory_string_mounts_nothing() {
     );
     s.assert_clean();
 }
+
+#[test]
+fn a_swap_between_the_check_and_the_mount_changes_nothing_that_is_mounted() {
+    require_cluster_env!();
+    require_env!();
+    let crash_bin = bin_dir().join("gpuq-broker-crash-points");
+    assert!(
+        crash_bin.exists(),
+        "{} is missing: tests/run builds it (cargo build -p gpuq-broker --features crash-points, \
+         copied to that name)",
+        crash_bin.display()
+    );
+    let mut s = Site::up_with("dx-race", Some(crash_bin));
+    // The broker holds still in daos-exec once the directories are checked
+    // and opened, before anything is staged or created.
+    let resume = s.b.path("resume");
+    let _ = s.b.terminate();
+    s.b.env = vec![
+        ("GPUQ_PAUSE_AT".into(), "exec_checked".into()),
+        ("GPUQ_PAUSE_FILE".into(), resume.display().to_string()),
+    ];
+    s.b.spawn();
+    let a = alice();
+    let home = s.b.workdir(Some(&a), "a-home");
+    let w = home.join("work");
+    let orig = home.join("work.orig");
+    std::fs::create_dir(&w).unwrap();
+    std::os::unix::fs::chown(&w, Some(a.uid), Some(a.gid)).unwrap();
+    std::fs::write(w.join("mine"), "mine\n").unwrap();
+    let vault = s.b.path("vault");
+    let inner = vault.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::set_permissions(&vault, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(inner.join("secret"), "top secret\n").unwrap();
+    let g = gpuq();
+    let script = format!(
+        "{g} daos-exec -- sh -c 'cat {w}/mine {w}/secret 2>&1; echo written > {w}/from-container' \
+         > race.out 2> race.err; echo $? > race.rc",
+        w = w.display()
+    );
+    let id = s.b.submit(
+        Some(&a),
+        &w,
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    assert!(
+        eventually(120, || s
+            .b
+            .broker_log()
+            .contains("pause point exec_checked")),
+        "{}\n{}",
+        s.log(id),
+        s.b.broker_log()
+    );
+    // Now the path leads to root's vault.
+    std::fs::rename(&w, &orig).unwrap();
+    std::os::unix::fs::symlink(&inner, &w).unwrap();
+    std::fs::write(&resume, "").unwrap();
+    s.expect_end(id, "completed", 120);
+    let read = |f: &str| std::fs::read_to_string(orig.join(f)).unwrap_or_default();
+    eprintln!(
+        "--- in the container, {}/mine and {}/secret ---\n{}{}",
+        w.display(),
+        w.display(),
+        read("race.out"),
+        read("race.err")
+    );
+    // The container had the directory that was checked, not the vault.
+    assert_eq!(read("race.rc").trim(), "0", "{}", read("race.err"));
+    assert!(
+        read("race.out").starts_with("mine\n"),
+        "{}",
+        read("race.out")
+    );
+    assert!(
+        !read("race.out").contains("top secret"),
+        "{}",
+        read("race.out")
+    );
+    let m = std::fs::metadata(orig.join("from-container")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (a.uid, a.gid));
+    let names: Vec<_> = std::fs::read_dir(&inner)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
+    let staging = s.b.path("daos/client-mounts");
+    let left: Vec<_> = std::fs::read_dir(&staging)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", staging.display());
+    s.assert_clean();
+}

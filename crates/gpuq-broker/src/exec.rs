@@ -235,6 +235,9 @@ impl Broker {
             })?;
             extra_fds.push(fd);
         }
+        // Test builds: hold here, so a test can swap the paths checked
+        // above before anything is mounted (what is mounted must not change).
+        crate::broker::crash_point("exec_checked");
         let control = host.control_config(&lease.lease);
         let agent = host.agent_dir(&lease.lease);
         let image = ImageId::parse(&profile.client_image)
