@@ -643,7 +643,13 @@ fn a_swap_between_the_check_and_the_mount_changes_nothing_that_is_mounted() {
          copied to that name)",
         crash_bin.display()
     );
-    let mut s = Site::up_with("dx-race", Some(crash_bin));
+    let mut s = Site::up_full("dx-race", Some(crash_bin), |d| {
+        format!("client_mounts = [\"{}/shared\"]\n", d.display())
+    });
+    // An operator mount, swapped in the same window.
+    let shared = s.b.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("dataset"), "dataset\n").unwrap();
     // The broker holds still in daos-exec once the directories are checked
     // and opened, before anything is staged or created.
     let resume = s.b.path("resume");
@@ -668,9 +674,10 @@ fn a_swap_between_the_check_and_the_mount_changes_nothing_that_is_mounted() {
     std::fs::write(inner.join("secret"), "top secret\n").unwrap();
     let g = gpuq();
     let script = format!(
-        "{g} daos-exec -- sh -c 'cat {w}/mine {w}/secret 2>&1; echo written > {w}/from-container' \
-         > race.out 2> race.err; echo $? > race.rc",
-        w = w.display()
+        "{g} daos-exec -- sh -c 'cat {w}/mine {w}/secret {sh}/dataset {sh}/secret 2>&1; \
+         echo written > {w}/from-container' > race.out 2> race.err; echo $? > race.rc",
+        w = w.display(),
+        sh = shared.display(),
     );
     let id = s.b.submit(
         Some(&a),
@@ -686,23 +693,30 @@ fn a_swap_between_the_check_and_the_mount_changes_nothing_that_is_mounted() {
         s.log(id),
         s.b.broker_log()
     );
-    // Now the path leads to root's vault.
+    // Now both paths lead to root's vault.
     std::fs::rename(&w, &orig).unwrap();
     std::os::unix::fs::symlink(&inner, &w).unwrap();
+    std::fs::rename(&shared, s.b.path("shared.orig")).unwrap();
+    std::os::unix::fs::symlink(&inner, &shared).unwrap();
     std::fs::write(&resume, "").unwrap();
     s.expect_end(id, "completed", 120);
     let read = |f: &str| std::fs::read_to_string(orig.join(f)).unwrap_or_default();
     eprintln!(
-        "--- in the container, {}/mine and {}/secret ---\n{}{}",
-        w.display(),
-        w.display(),
+        "--- in the container: {w}/mine, {w}/secret, {sh}/dataset, {sh}/secret ---\n{}{}",
         read("race.out"),
-        read("race.err")
+        read("race.err"),
+        w = w.display(),
+        sh = shared.display(),
     );
     // The container had the directory that was checked, not the vault.
     assert_eq!(read("race.rc").trim(), "0", "{}", read("race.err"));
     assert!(
         read("race.out").starts_with("mine\n"),
+        "{}",
+        read("race.out")
+    );
+    assert!(
+        read("race.out").contains("\ndataset\n"),
         "{}",
         read("race.out")
     );
