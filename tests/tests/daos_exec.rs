@@ -4,7 +4,7 @@
 
 use gpuq_system_tests::daos_site::*;
 use gpuq_system_tests::*;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 fn gpuq() -> String {
     bin("gpuq").display().to_string()
@@ -349,5 +349,394 @@ fn ctrl_c_at_a_terminal_goes_to_the_command_like_ssh() {
     let rc = std::fs::read_to_string(w.join("rc")).unwrap_or_default();
     assert!(out.contains("GOT-INT"), "{out:?}\n{}", s.log(id));
     assert_eq!(rc.trim(), "5", "{out:?}");
+    s.assert_clean();
+}
+
+/// Every container-create event on cxl2's Podman so far (names), read from
+/// Podman's own event log: a refused call must never have made one, even
+/// briefly.
+fn created_on_cxl2(s: &Site) -> Vec<String> {
+    // filters={"type":["container"],"event":["create"]}
+    let (code, body) = s.c.http(
+        &s.c.podman_sock("cxl2"),
+        "GET",
+        "/v4.0.0/libpod/events?stream=false&filters=%7B%22type%22%3A%5B%22container%22%5D%2C%22event%22%3A%5B%22create%22%5D%7D",
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    body.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            v["Actor"]["Attributes"]["name"]
+                .as_str()
+                .unwrap_or("?")
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn a_submit_dir_swapped_after_submit_or_a_workdir_with_dotdot_mounts_nothing() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-swap");
+    let (a, b) = (alice(), bob());
+    // Alice's home (hers, 0700) and her work directory in it, from which
+    // she submits; she may rename and replace things in her home.
+    let home = s.b.workdir(Some(&a), "a-home");
+    let w = home.join("work");
+    let orig = home.join("work.orig");
+    std::fs::create_dir(&w).unwrap();
+    std::os::unix::fs::chown(&w, Some(a.uid), Some(a.gid)).unwrap();
+    // Root's vault: a 0700 directory with an open one inside holding a
+    // secret. Alice cannot reach it by any path.
+    let vault = s.b.path("vault");
+    let inner = vault.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::set_permissions(&vault, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(inner.join("secret"), "top secret\n").unwrap();
+    std::fs::set_permissions(inner.join("secret"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let secret_before = std::fs::metadata(inner.join("secret")).unwrap();
+    let g = gpuq();
+    // (2) a --workdir with '..' (it would be the submit directory's
+    // grandparent in the container); then, after each swap below,
+    // a plain daos-exec. The script's own files land in its cwd, the
+    // original directory (renamed to work.orig by the first swap).
+    let script = format!(
+        "{g} daos-exec --workdir {w}/../.. -- pwd > dotdot.out 2> dotdot.err; echo $? > dotdot.rc; \
+         touch ready1; while [ ! -e go1 ]; do sleep 0.1; done; \
+         {g} daos-exec -- sh -c 'ls -la; touch mine' > bob.out 2> bob.err; echo $? > bob.rc; \
+         touch ready2; while [ ! -e go2 ]; do sleep 0.1; done; \
+         ln -s {inner} {w}; \
+         {g} daos-exec -- sh -c 'cat secret; echo planted > planted' > vault.out 2> vault.err; echo $? > vault.rc",
+        w = w.display(),
+        inner = inner.display(),
+    );
+    let id = s.b.submit(
+        Some(&a),
+        &w,
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    assert!(
+        eventually(120, || w.join("ready1").exists()),
+        "{}",
+        s.log(id)
+    );
+    // (3) the submit directory becomes bob's, closed to alice.
+    std::fs::rename(&w, &orig).unwrap();
+    std::fs::create_dir(&w).unwrap();
+    std::os::unix::fs::chown(&w, Some(b.uid), Some(b.gid)).unwrap();
+    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(w.join("bobs"), "bob's\n").unwrap();
+    std::fs::write(orig.join("go1"), "").unwrap();
+    assert!(
+        eventually(60, || orig.join("ready2").exists()),
+        "{}",
+        s.log(id)
+    );
+    let bobs: Vec<_> = std::fs::read_dir(&w)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    std::fs::remove_file(w.join("bobs")).unwrap();
+    std::fs::remove_dir(&w).unwrap();
+    // (1) alice herself puts a symlink to root's vault in its place.
+    std::fs::write(orig.join("go2"), "").unwrap();
+    s.expect_end(id, "completed", 120);
+    let read = |f: &str| std::fs::read_to_string(orig.join(f)).unwrap_or_default();
+    eprintln!(
+        "--- the three refusals ---\n{}{}{}",
+        read("dotdot.err"),
+        read("bob.err"),
+        read("vault.err")
+    );
+    let mut wrong = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            wrong.push(what)
+        }
+    };
+    check(
+        read("dotdot.rc").trim() == "1"
+            && read("dotdot.err").contains("--workdir")
+            && read("dotdot.err").contains("contains '..'")
+            && read("dotdot.err").lines().count() == 1
+            && read("dotdot.out").is_empty(),
+        format!(
+            "--workdir with '..': rc {:?} err {:?} out {:?}",
+            read("dotdot.rc"),
+            read("dotdot.err"),
+            read("dotdot.out")
+        ),
+    );
+    check(
+        read("bob.rc").trim() == "1"
+            && read("bob.err").contains("cannot be mounted")
+            && read("bob.err").contains("Permission denied")
+            && read("bob.err").lines().count() == 1
+            && read("bob.out").is_empty(),
+        format!(
+            "bob's directory: rc {:?} err {:?} out {:?}",
+            read("bob.rc"),
+            read("bob.err"),
+            read("bob.out")
+        ),
+    );
+    check(
+        bobs == vec![std::ffi::OsString::from("bobs")],
+        format!("bob's directory was written to: {bobs:?}"),
+    );
+    check(
+        read("vault.rc").trim() == "1"
+            && read("vault.err").contains("is a symbolic link")
+            && read("vault.err").lines().count() == 1
+            && !read("vault.out").contains("top secret"),
+        format!(
+            "symlink to root's vault: rc {:?} err {:?} out {:?}",
+            read("vault.rc"),
+            read("vault.err"),
+            read("vault.out")
+        ),
+    );
+    // The vault is untouched.
+    let names: Vec<_> = std::fs::read_dir(&inner)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    check(
+        names == vec![std::ffi::OsString::from("secret")],
+        format!("the vault now holds {names:?}"),
+    );
+    let secret_after = std::fs::metadata(inner.join("secret")).unwrap();
+    check(
+        std::fs::read_to_string(inner.join("secret")).unwrap() == "top secret\n"
+            && secret_after.mtime() == secret_before.mtime()
+            && secret_after.ino() == secret_before.ino(),
+        "the secret changed".into(),
+    );
+    // No client container was ever made (Podman's own event log; that it
+    // is read at all shows in the agent's create event).
+    let created = created_on_cxl2(&s);
+    check(
+        created.iter().any(|n| n.contains("-agent"))
+            && !created.iter().any(|n| n.contains("-client-")),
+        format!("containers created on cxl2: {created:?}"),
+    );
+    // And no staging mount is left behind.
+    let staging = s.b.path("daos/client-mounts");
+    let left: Vec<_> = std::fs::read_dir(&staging)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    check(
+        left.is_empty(),
+        format!("left in {}: {left:?}", staging.display()),
+    );
+    assert!(wrong.is_empty(), "{wrong:#?}\n{}", s.log(id));
+    s.assert_clean();
+}
+
+#[test]
+fn a_hostile_submit_directory_string_mounts_nothing() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dx-cwd");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = gpuq();
+    // Job 1: submitted over the API (not the CLI, which sends its real
+    // cwd) with a directory that has '..' in it; it names alice's own
+    // directory, so the job runs, but daos-exec refuses the text.
+    let name = w.file_name().unwrap().to_str().unwrap();
+    let dotted = format!("{}/../{name}", w.display());
+    let req = serde_json::json!({
+        "argv": ["bash", "-c", format!("{g} daos-exec -- true 2> dotted.err; echo $? > dotted.rc")],
+        "cwd": dotted,
+        "env": [],
+        "inst": "test",
+    });
+    let out = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=61001",
+            "--regid=61001",
+            "--groups=61001",
+            "curl",
+            "-sS",
+        ])
+        .arg("--unix-socket")
+        .arg(&s.b.socket)
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(req.to_string())
+        .arg("http://d/v1/jobs")
+        .output()
+        .unwrap();
+    let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let id1 = answer["id"].as_u64().unwrap_or_else(|| panic!("{answer}"));
+    // Job 2: alice submits from / (the CLI, as she would).
+    let script = format!(
+        "{g} daos-exec -- true 2> {w}/root.err; echo $? > {w}/root.rc",
+        w = w.display()
+    );
+    let id2 = s.b.submit(
+        Some(&a),
+        std::path::Path::new("/"),
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    s.expect_end(id1, "completed", 120);
+    s.expect_end(id2, "completed", 120);
+    let read = |f: &str| std::fs::read_to_string(w.join(f)).unwrap_or_default();
+    eprintln!(
+        "--- refusals ---\n{}{}",
+        read("dotted.err"),
+        read("root.err")
+    );
+    let mut wrong = Vec::new();
+    if !(read("dotted.rc").trim() == "1"
+        && read("dotted.err").contains("submit directory")
+        && read("dotted.err").contains("contains '..'")
+        && read("dotted.err").lines().count() == 1)
+    {
+        wrong.push(format!(
+            "cwd with '..': rc {:?} err {:?}",
+            read("dotted.rc"),
+            read("dotted.err")
+        ));
+    }
+    if !(read("root.rc").trim() == "1"
+        && read("root.err").contains("submit directory is /")
+        && read("root.err").lines().count() == 1)
+    {
+        wrong.push(format!(
+            "cwd /: rc {:?} err {:?}",
+            read("root.rc"),
+            read("root.err")
+        ));
+    }
+    let created = created_on_cxl2(&s);
+    let agent_seen = created.iter().any(|n| n.contains("-agent"));
+    let client_made = created.iter().any(|n| n.contains("-client-"));
+    if !agent_seen || client_made {
+        wrong.push(format!("containers created on cxl2: {created:?}"));
+    }
+    assert!(
+        wrong.is_empty(),
+        "{wrong:#?}\n{}\n{}",
+        s.log(id1),
+        s.log(id2)
+    );
+    s.assert_clean();
+}
+
+#[test]
+fn a_swap_between_the_check_and_the_mount_changes_nothing_that_is_mounted() {
+    require_cluster_env!();
+    require_env!();
+    let crash_bin = bin_dir().join("gpuq-broker-crash-points");
+    assert!(
+        crash_bin.exists(),
+        "{} is missing: tests/run builds it (cargo build -p gpuq-broker --features crash-points, \
+         copied to that name)",
+        crash_bin.display()
+    );
+    let mut s = Site::up_full("dx-race", Some(crash_bin), |d| {
+        format!("client_mounts = [\"{}/shared\"]\n", d.display())
+    });
+    // An operator mount, swapped in the same window.
+    let shared = s.b.path("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::write(shared.join("dataset"), "dataset\n").unwrap();
+    // The broker holds still in daos-exec once the directories are checked
+    // and opened, before anything is staged or created.
+    let resume = s.b.path("resume");
+    let _ = s.b.terminate();
+    s.b.env = vec![
+        ("GPUQ_PAUSE_AT".into(), "exec_checked".into()),
+        ("GPUQ_PAUSE_FILE".into(), resume.display().to_string()),
+    ];
+    s.b.spawn();
+    let a = alice();
+    let home = s.b.workdir(Some(&a), "a-home");
+    let w = home.join("work");
+    let orig = home.join("work.orig");
+    std::fs::create_dir(&w).unwrap();
+    std::os::unix::fs::chown(&w, Some(a.uid), Some(a.gid)).unwrap();
+    std::fs::write(w.join("mine"), "mine\n").unwrap();
+    let vault = s.b.path("vault");
+    let inner = vault.join("inner");
+    std::fs::create_dir_all(&inner).unwrap();
+    std::fs::set_permissions(&vault, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(inner.join("secret"), "top secret\n").unwrap();
+    let g = gpuq();
+    let script = format!(
+        "{g} daos-exec -- sh -c 'cat {w}/mine {w}/secret {sh}/dataset {sh}/secret 2>&1; \
+         echo written > {w}/from-container' > race.out 2> race.err; echo $? > race.rc",
+        w = w.display(),
+        sh = shared.display(),
+    );
+    let id = s.b.submit(
+        Some(&a),
+        &w,
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    assert!(
+        eventually(120, || s
+            .b
+            .broker_log()
+            .contains("pause point exec_checked")),
+        "{}\n{}",
+        s.log(id),
+        s.b.broker_log()
+    );
+    // Now both paths lead to root's vault.
+    std::fs::rename(&w, &orig).unwrap();
+    std::os::unix::fs::symlink(&inner, &w).unwrap();
+    std::fs::rename(&shared, s.b.path("shared.orig")).unwrap();
+    std::os::unix::fs::symlink(&inner, &shared).unwrap();
+    std::fs::write(&resume, "").unwrap();
+    s.expect_end(id, "completed", 120);
+    let read = |f: &str| std::fs::read_to_string(orig.join(f)).unwrap_or_default();
+    eprintln!(
+        "--- in the container: {w}/mine, {w}/secret, {sh}/dataset, {sh}/secret ---\n{}{}",
+        read("race.out"),
+        read("race.err"),
+        w = w.display(),
+        sh = shared.display(),
+    );
+    // The container had the directory that was checked, not the vault.
+    assert_eq!(read("race.rc").trim(), "0", "{}", read("race.err"));
+    assert!(
+        read("race.out").starts_with("mine\n"),
+        "{}",
+        read("race.out")
+    );
+    assert!(
+        read("race.out").contains("\ndataset\n"),
+        "{}",
+        read("race.out")
+    );
+    assert!(
+        !read("race.out").contains("top secret"),
+        "{}",
+        read("race.out")
+    );
+    let m = std::fs::metadata(orig.join("from-container")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (a.uid, a.gid));
+    let names: Vec<_> = std::fs::read_dir(&inner)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("secret")]);
+    let staging = s.b.path("daos/client-mounts");
+    let left: Vec<_> = std::fs::read_dir(&staging)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "left in {}: {left:?}", staging.display());
     s.assert_clean();
 }

@@ -16,6 +16,7 @@
 use crate::broker::{Broker, Peer};
 use crate::daos::job_of_lease;
 use crate::error::ApiError;
+use crate::exec_dirs::{open_as_owner, open_dir_nofollow, plain_abs_path, shown, Staged};
 use crate::store::Job;
 use gpuq_lease::Phase;
 use gpuq_podman::{
@@ -24,6 +25,7 @@ use gpuq_podman::{
 };
 use gpuq_protocol::exec::{self as wire, to_broker, to_cli, ExecRequest};
 use gpuq_protocol::{JobId, JobState};
+use gpuq_sys::fsid::{self, FsIdentity};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -37,6 +39,9 @@ pub struct Session {
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// How long opening a directory to mount may take (a hung NFS server).
+const DIR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The job whose cgroup holds `pid` (direct runner `gpuq-job-<id>`,
 /// systemd `gpuq-job-<id>.service`).
@@ -124,9 +129,22 @@ impl Broker {
             .ok_or_else(|| ApiError::Conflict(format!("profile {} is gone", lease.profile)))?
             .clone();
         let host = daos.host(&lease.profile).map_err(ApiError::Conflict)?;
-        // The mounts, each checked now.
-        let submit = PathBuf::from(&job.cwd);
-        let mut allowed: Vec<PathBuf> = profile.client_mounts.clone();
+        // The job's submit directory: text the user gave at submit time.
+        let submit = plain_abs_path(&job.cwd).map_err(|why| {
+            refuse(format!(
+                "job {}'s submit directory {} {why}; nothing is mounted",
+                job.id,
+                shown(&job.cwd)
+            ))
+        })?;
+        if submit == Path::new("/") {
+            return Err(refuse(format!(
+                "job {}'s submit directory is /: the host's root is never mounted (submit from a directory of yours)",
+                job.id
+            )));
+        }
+        // The operator's mounts, each checked now; mounted at their real path.
+        let allowed: Vec<PathBuf> = profile.client_mounts.clone();
         let mut extra = Vec::new();
         for m in &profile.client_mounts {
             extra.push(check_mount(m, &allowed).map_err(|e| {
@@ -136,19 +154,23 @@ impl Broker {
                 ))
             })?);
         }
-        allowed.push(submit.clone());
+        // Where the container has host directories: the work dir must be
+        // under one of them.
+        let mounted: Vec<PathBuf> = std::iter::once(submit.clone())
+            .chain(extra.iter().cloned())
+            .collect();
+        let under_mounted = |w: &Path| mounted.iter().any(|a| under(w, a));
         // Working directory: --workdir, else the caller's, if mounted.
-        let caller_cwd = peer
-            .pid
-            .and_then(|p| std::fs::read_link(format!("/proc/{p}/cwd")).ok());
         let work_dir = match &req.workdir {
-            Some(w) => {
-                let w = PathBuf::from(w);
-                if !w.is_absolute() || !allowed.iter().any(|a| under(&w, a)) {
+            Some(text) => {
+                let w = plain_abs_path(text).map_err(|why| {
+                    ApiError::BadRequest(format!("--workdir {} {why}", shown(text)))
+                })?;
+                if !under_mounted(&w) {
                     return Err(ApiError::BadRequest(format!(
                         "--workdir {}: not under a mounted directory ({})",
-                        w.display(),
-                        allowed
+                        shown(text),
+                        mounted
                             .iter()
                             .map(|a| a.display().to_string())
                             .collect::<Vec<_>>()
@@ -157,10 +179,65 @@ impl Broker {
                 }
                 w
             }
-            None => caller_cwd
-                .filter(|c| allowed.iter().any(|a| under(c, a)))
+            None => peer
+                .pid
+                .and_then(|p| std::fs::read_link(format!("/proc/{p}/cwd")).ok())
+                .and_then(|c| plain_abs_path(c.to_str()?).ok())
+                .filter(|c| under_mounted(c))
                 .unwrap_or_else(|| submit.clone()),
         };
+        // Open each directory to mount, without following any symlink: the
+        // submit directory as the job's owner (who must be able to open it),
+        // the operator's as root. These descriptors, not the paths, are what
+        // gets mounted (crate::exec_dirs).
+        let owner = FsIdentity {
+            uid: job.uid,
+            gid: job.gid,
+            groups: job.groups.clone(),
+        };
+        let submit_fd = {
+            let p = submit.clone();
+            fsid::run_as(owner, DIR_DEADLINE, move || open_as_owner(&p))
+                .await
+                .map_err(|e| {
+                    ApiError::Conflict(format!(
+                        "job {}'s submit directory {}: could not be checked as uid {}: {e}",
+                        job.id,
+                        submit.display(),
+                        job.uid
+                    ))
+                })?
+                .map_err(|e| {
+                    refuse(format!(
+                        "job {}'s submit directory {} cannot be mounted (checked as its owner, uid {}): {e}",
+                        job.id,
+                        submit.display(),
+                        job.uid
+                    ))
+                })?
+        };
+        let mut extra_fds = Vec::new();
+        for m in &extra {
+            let p = m.clone();
+            let fd = tokio::time::timeout(
+                DIR_DEADLINE,
+                tokio::task::spawn_blocking(move || open_dir_nofollow(&p)),
+            )
+            .await
+            .map_err(|_| format!("no answer within {DIR_DEADLINE:?}"))
+            .and_then(|j| j.map_err(|e| e.to_string()))
+            .and_then(|r| r.map_err(|e| e.to_string()))
+            .map_err(|e| {
+                ApiError::Conflict(format!(
+                    "client mount policy of profile {}: {e}",
+                    lease.profile
+                ))
+            })?;
+            extra_fds.push(fd);
+        }
+        // Test builds: hold here, so a test can swap the paths checked
+        // above before anything is mounted (what is mounted must not change).
+        crate::broker::crash_point("exec_checked");
         let control = host.control_config(&lease.lease);
         let agent = host.agent_dir(&lease.lease);
         let image = ImageId::parse(&profile.client_image)
@@ -170,6 +247,21 @@ impl Broker {
             lease.lease,
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
+        // Every check has passed. The checked directories are bind-mounted
+        // on root-only staging paths, which Podman gets; they are detached
+        // once the container has started (its own copies stay).
+        let staging = || -> std::io::Result<(Staged, PathBuf, Vec<PathBuf>)> {
+            let mut st = Staged::new(&host.run_dir.join("client-mounts"), &name)?;
+            let s = st.bind(&submit_fd, "submit")?;
+            let mut e = Vec::new();
+            for (i, fd) in extra_fds.iter().enumerate() {
+                e.push(st.bind(fd, &format!("mount-{i}"))?);
+            }
+            Ok((st, s, e))
+        };
+        let (staged, submit_src, extra_src) = staging().map_err(|e| {
+            ApiError::Conflict(format!("client container: staging its mounts: {e}"))
+        })?;
         let user = format!("{}:{}", job.uid, job.gid);
         let mut spec = ContainerSpec::new(name.clone(), image);
         spec.labels = lease_labels(&lease.lease, Role::Client);
@@ -180,8 +272,11 @@ impl Broker {
         spec.no_new_privileges = true;
         spec.command = vec!["sleep".into(), "2147483647".into()];
         let same = |p: &Path| Mount::bind(p.display().to_string(), p.display().to_string());
+        let bind = |src: &Path, dst: &Path| {
+            Mount::bind(src.display().to_string(), dst.display().to_string())
+        };
         spec.mounts = vec![
-            same(&submit),
+            bind(&submit_src, &submit),
             same(&agent),
             same(&control).read_only(),
             Mount {
@@ -189,7 +284,8 @@ impl Broker {
                 ..Mount::tmpfs("/tmp")
             },
         ];
-        spec.mounts.extend(extra.iter().map(|p| same(p)));
+        spec.mounts
+            .extend(extra_src.iter().zip(&extra).map(|(s, d)| bind(s, d)));
         let mut env: std::collections::BTreeMap<String, String> =
             host.job_env(&lease.lease).into_iter().collect();
         env.insert("HOME".into(), "/tmp".into());
@@ -203,6 +299,8 @@ impl Broker {
             .map_err(|e| ApiError::Conflict(format!("client container: {e}")))?;
         let started = async {
             pm.container_start(&name).await?;
+            // runc has made the container's mounts: the staging ones go.
+            drop(staged);
             let exec = ExecSpec {
                 env,
                 user: Some(user),

@@ -8,6 +8,7 @@ pub mod daos;
 pub mod dirs;
 pub mod error;
 pub mod exec;
+pub mod exec_dirs;
 pub mod gpu;
 pub mod joblog;
 pub mod policy;

@@ -8,6 +8,7 @@
 #![allow(unsafe_code)]
 
 pub mod blk;
+pub mod fsid;
 pub mod net;
 pub mod proc;
 pub mod term;
