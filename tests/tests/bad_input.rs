@@ -303,3 +303,28 @@ fn daos_verbs_on_a_broker_without_daos_refuse_in_one_line_and_store_nothing() {
     assert_eq!(b.job_count(), 0);
     assert!(!b.path("state/active.json").exists() && !b.path("state/blocked.json").exists());
 }
+
+#[test]
+fn a_submit_directory_with_dotdot_or_too_long_is_refused_and_nothing_stored() {
+    require_env!();
+    let b = TestBroker::start();
+    let long = format!("/{}", "a".repeat(5000));
+    for (cwd, expect) in [
+        ("/tmp/../etc", "contains '..'"),
+        ("relative/dir", "is not an absolute path"),
+        (long.as_str(), "longer than 4095 bytes"),
+    ] {
+        let body = serde_json::json!({"argv": ["true"], "cwd": cwd, "env": []}).to_string();
+        let req = format!(
+            "POST /v1/jobs HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let resp = b.raw_http(req.as_bytes());
+        assert!(
+            resp.starts_with("HTTP/1.1 400") && resp.contains(expect),
+            "{cwd}: {}",
+            &resp[..resp.len().min(300)]
+        );
+    }
+    assert_eq!(b.job_count(), 0, "no refused submission was stored");
+}

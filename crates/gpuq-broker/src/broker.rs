@@ -194,8 +194,13 @@ impl Broker {
         {
             return bad("command, directory and environment must not contain NUL bytes".into());
         }
-        if !req.cwd.starts_with('/') {
-            return bad(format!("working directory '{}' is not absolute", req.cwd));
+        // The same rule daos-exec applies when it mounts the directory
+        // (exec_dirs.rs): absolute, no '..', at most 4095 bytes.
+        if let Err(why) = crate::exec_dirs::plain_abs_path(&req.cwd) {
+            return bad(format!(
+                "working directory '{}' {why}",
+                crate::exec_dirs::shown(&req.cwd)
+            ));
         }
         if let Some(name) = &req.name {
             if name.is_empty()
