@@ -101,6 +101,10 @@ containers_conf() { echo "$D/$1/etc/containers.conf"; }
 SSH_CONFIG=$D/ssh/ssh_config
 KNOWN_HOSTS=$D/ssh/known_hosts
 CLIENT_KEY=$D/cxl2/ssh/id_ed25519
+# The test harness's own key (integration/cluster/ssh: commands on a node
+# for set-up and checks). The broker's links use CLIENT_KEY, which the
+# nodes restrict to what the links need (see step_sshd).
+HARNESS_KEY=$D/cxl2/ssh/id_harness
 HOSTS_FILE=$D/etc/hosts
 
 # --- logging and the manifest ---------------------------------------------------
@@ -260,7 +264,8 @@ step_names_and_keys() {
     for h in "${HOSTS[@]}"; do echo "${ADDR[$h]} $h"; done
   } >"$HOSTS_FILE"
   ssh-keygen -q -t ed25519 -N '' -C "root@cxl2 ($D)" -f "$CLIENT_KEY"
-  log cxl2 "client key $CLIENT_KEY"
+  ssh-keygen -q -t ed25519 -N '' -C "test harness on cxl2 ($D)" -f "$HARNESS_KEY"
+  log cxl2 "client key $CLIENT_KEY, harness key $HARNESS_KEY"
   : >"$KNOWN_HOSTS"
   {
     echo "# ssh -F $SSH_CONFIG <host>: resolves the five names from $HOSTS_FILE's"
@@ -310,8 +315,16 @@ step_sshd() { # NODE
   ssh-keygen -q -t ed25519 -N '' -C "$n host key" -f "$hd/ssh/ssh_host_ed25519_key"
   printf '%s,%s %s\n' "$n" "${ADDR[$n]}" "$(cut -d' ' -f1,2 "$hd/ssh/ssh_host_ed25519_key.pub")" \
     >>"$KNOWN_HOSTS"
-  # Root key auth from cxl2's key, and only from cxl2's address.
-  printf 'from="%s" %s\n' "${ADDR[cxl2]}" "$(cat "$CLIENT_KEY.pub")" >"$hd/ssh/authorized_keys"
+  # Root key auth from cxl2's address only. The links' key may do what the
+  # links do and nothing else: unix-socket forwards over a master started
+  # with -N (restrict: no pty, agent, X11, rc; port-forwarding back on;
+  # any command it asks for runs /bin/false). As a real site's nodes are
+  # set up (docs/operations.md). The harness key may run commands.
+  {
+    printf 'from="%s",restrict,port-forwarding,command="/bin/false" %s\n' \
+      "${ADDR[cxl2]}" "$(cat "$CLIENT_KEY.pub")"
+    printf 'from="%s" %s\n' "${ADDR[cxl2]}" "$(cat "$HARNESS_KEY.pub")"
+  } >"$hd/ssh/authorized_keys"
   cat >"$cfg" <<EOF
 # sshd of simulated storage node $n (gpuq test cluster $D)
 ListenAddress ${ADDR[$n]}
@@ -326,9 +339,11 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 # Keys live under the cluster dir, which may be under /tmp.
 StrictModes no
-AllowStreamLocalForwarding yes
+# Forwards from cxl2 only (ssh -L), none back. sshd grants unix-socket
+# forwards only where local TCP forwarding is allowed too.
+AllowStreamLocalForwarding local
 StreamLocalBindUnlink yes
-AllowTcpForwarding yes
+AllowTcpForwarding local
 X11Forwarding no
 PrintMotd no
 LogLevel VERBOSE
@@ -413,7 +428,7 @@ wait_podman() { # HOST: until its Podman API pings (fails if the service died)
 }
 
 cluster_ssh() { # HOST ARGS... : ssh from cxl2's namespace
-  nsenter --net="/run/netns/$(ns_of cxl2)" ssh -F "$SSH_CONFIG" "$@"
+  nsenter --net="/run/netns/$(ns_of cxl2)" ssh -F "$SSH_CONFIG" -i "$HARNESS_KEY" "$@"
 }
 
 wait_node() { # NODE: until sshd answers over ssh from cxl2 and podman pings

@@ -103,8 +103,33 @@ fn harness_self_test() {
         "{}",
         stderr(&out)
     );
-    // Root key auth from cxl2 only: cxl2's own key, used from da2, is refused.
+    // The broker's links' key (what the ssh config names) runs no command
+    // on a node (`restrict,port-forwarding,command="/bin/false"`); it only
+    // forwards unix sockets, which every DAOS test's links do.
     let cfg = c.ssh_config();
+    let links_key = c.dir().join("cxl2/ssh/id_ed25519");
+    let out = c.in_host(
+        "cxl2",
+        &[
+            "ssh",
+            "-F",
+            cfg.to_str().unwrap(),
+            "-o",
+            "IdentitiesOnly=yes",
+            "-i",
+            links_key.to_str().unwrap(),
+            "da1",
+            "echo",
+            "ran-a-command",
+        ],
+    );
+    assert!(
+        !out.status.success() && !stdout(&out).contains("ran-a-command"),
+        "the links' key ran a command on da1: {} {}",
+        stdout(&out),
+        stderr(&out)
+    );
+    // Root key auth from cxl2 only: cxl2's own key, used from da2, is refused.
     let out = c.in_host("da2", &["ssh", "-F", cfg.to_str().unwrap(), "da1", "true"]);
     assert!(!out.status.success(), "da1 accepted a login from da2");
     // The root namespace has no address or route in the cluster's subnet.
