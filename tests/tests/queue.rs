@@ -365,10 +365,19 @@ fn a_job_that_ends_while_the_broker_is_down_is_settled_from_its_exit_record() {
     b.wait_state(id, "running", 30);
     assert!(eventually(30, || w.join("started").exists()));
     b.kill9();
-    std::thread::sleep(Duration::from_millis(1200));
+    // The job really ends while no broker runs: its shim has written the
+    // exit record (not a guess by sleeping).
+    let record = b.path(&format!("state/run/{id}.exit.json"));
+    assert!(
+        eventually(30, || record.exists()),
+        "no exit record at {}",
+        record.display()
+    );
     b.spawn();
     let j = b.wait_state(id, "failed", 30);
     assert_eq!(j["exit_code"], 9);
+    // ... and it was settled from that record, not re-adopted as running.
+    assert!(!log_of(&b, id).contains("re-adopted"), "{}", log_of(&b, id));
 }
 
 #[test]

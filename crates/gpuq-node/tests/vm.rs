@@ -286,17 +286,20 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
     assert_eq!(seen["nsid"], 1);
 
     let expect = [
-        ("serial_mismatch", "identity_mismatch", ""),
+        ("serial_mismatch", "identity_mismatch", "SN-WRONG-0009"),
         ("pci_mismatch", "identity_mismatch", "0000:00:11.0"),
         ("partitions", "partitions", "p1"),
         ("md_member", "holders", "md0"),
         ("dm_holder", "holders", "dm-0"),
-        ("no_discard", "discard_unsupported", ""),
-        ("os_disk", "os_disk", ""),
-        ("root_disk", "os_disk", ""),
-        ("hdd", "rotational", ""),
+        ("no_discard", "discard_unsupported", "discard_max_bytes=0"),
+        ("os_disk", "os_disk", "holds the root filesystem"),
+        ("root_disk", "os_disk", "holds the root filesystem"),
+        ("hdd", "rotational", "queue/rotational=1"),
     ];
+    // Every refusal names what it saw (a needle, never empty: an empty
+    // one would match any text).
     for (name, reason, needle) in expect {
+        assert!(!needle.is_empty(), "{name}: no expected text");
         let (code, same, v) = r
             .get(name)
             .unwrap_or_else(|| panic!("no {name} in:\n{console}"));

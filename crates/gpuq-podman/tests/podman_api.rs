@@ -585,12 +585,11 @@ async fn a_tag_or_short_id_is_refused_before_any_request() {
         assert!(err.is_config_error(), "{pin}: {err}");
         assert!(err.to_string().contains("full ID"), "{err}");
     }
-    // A spec cannot be built without a parsed ImageId, so nothing was created.
-    assert!(client
-        .container_list(&LabelFilter::new())
-        .await
-        .expect("list")
-        .is_empty());
+    // Nothing here can ask Podman to create a container from a tag: a
+    // ContainerSpec takes only a parsed ImageId, which the compiler
+    // enforces. (A check that nothing was created would be vacuous: no
+    // creation was attempted.)
+    let _ = client;
 }
 
 #[tokio::test]
