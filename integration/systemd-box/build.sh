@@ -49,6 +49,13 @@ if ! debootstrap --variant=minbase --include=systemd,systemd-sysv,dbus,procps,pa
   exit 1
 fi
 
+# debootstrap can leave the target's /proc (or /sys) mounted; a mount moved
+# with the tree below would outlive the build (and a copy of target/ would
+# read /proc/kcore). Unmount whatever is mounted below it, deepest first.
+findmnt -rn -o TARGET | { grep -F "$tmp/" || true; } | sort -r | while read -r m; do
+  umount "$m"
+done
+
 # A container needs no getty, no udev-driven units and no time sync; keep
 # the boot short and quiet. The machine ID is created at each boot.
 for u in getty@tty1.service console-getty.service systemd-timesyncd.service \
