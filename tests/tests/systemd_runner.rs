@@ -148,6 +148,10 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
         &["--", "bash", "-c", "echo pid=$$ home=$HOME"],
     );
     let missing = b.submit(Some(&a), &w, &["--", "no-such-command-gpuq"]);
+    b.sh_ok(&format!(
+        "printf 'echo ran\\n' > {w}/not-exec && chown 61001:61001 {w}/not-exec && chmod 644 {w}/not-exec"
+    ));
+    let not_exec = b.submit(Some(&a), &w, &["--", "./not-exec"]);
     // Commands that end at once (their exit can reach systemd before the
     // news that exec succeeded): still the job's own exit status.
     let quick: Vec<u64> = (0..3)
@@ -174,11 +178,19 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
     assert!(line.ends_with(" home=/root"), "{log}");
     let j = b.wait_state(missing, "failed", 30);
     assert_eq!(j["exit_code"], 127, "{j}");
-    assert!(
-        b.log_of(missing).contains("not found"),
-        "{}",
-        b.log_of(missing)
-    );
+    // One line says why, in the job's log.
+    let log = b.log_of(missing);
+    let why: Vec<&str> = log.lines().filter(|l| l.contains("not found")).collect();
+    assert_eq!(why.len(), 1, "{log}");
+    let j = b.wait_state(not_exec, "failed", 30);
+    assert_eq!(j["exit_code"], 126, "{j}");
+    let log = b.log_of(not_exec);
+    let why: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("./not-exec") && l.contains("Permission denied"))
+        .collect();
+    assert_eq!(why.len(), 1, "{log}");
+    assert!(!log.lines().any(|l| l == "ran"), "{log}");
     for id in quick {
         let j = b.wait_state(id, "failed", 30);
         assert_eq!(j["exit_code"], 1, "{j}");
