@@ -19,7 +19,8 @@
 //! the command up in the job's `PATH`. The broker's executable is checked
 //! at start-up ([`check_job_exec_program`]): root's, not writable by
 //! others, executable by all, in directories likewise — a path anyone else
-//! could change would run as every job's user.
+//! could change would run as every job's user. What the unit still shows
+//! every user: `User`, `Group`, `SupplementaryGroups`, `WorkingDirectory`.
 //!
 //! **No path of the user's is handed to systemd as root.** The job's stdout
 //! and stderr are the log file the broker already opened safely
@@ -789,11 +790,17 @@ mod tests {
 
     #[test]
     fn the_whole_path_is_checked_up_to_the_root() {
-        // /tmp (sticky, world-writable) is above every temporary tree: the
-        // full check refuses it, naming the directory.
-        let (_t, exe) = tree(0o755, 0o755);
+        // A world-writable directory three levels up (whatever is above
+        // it): the full check walks that far and names it.
+        use std::os::unix::fs::PermissionsExt;
+        let (t, exe) = tree(0o755, 0o755);
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         let e = check_job_exec_program(&exe).unwrap_err().to_string();
-        assert!(e.contains("writable by group or others"), "{e}");
+        let want = format!(
+            "its directory {} (mode 1777) is writable by group or others",
+            t.path().display()
+        );
+        assert!(e.contains(&want), "{e}");
         assert!(e.contains(&exe.display().to_string()), "{e}");
         let e = check_job_exec_program(Path::new("relative/gpuq-broker"))
             .unwrap_err()
