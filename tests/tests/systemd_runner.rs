@@ -148,6 +148,10 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
         &["--", "bash", "-c", "echo pid=$$ home=$HOME"],
     );
     let missing = b.submit(Some(&a), &w, &["--", "no-such-command-gpuq"]);
+    b.sh_ok(&format!(
+        "printf 'echo ran\\n' > {w}/not-exec && chown 61001:61001 {w}/not-exec && chmod 644 {w}/not-exec"
+    ));
+    let not_exec = b.submit(Some(&a), &w, &["--", "./not-exec"]);
     // Commands that end at once (their exit can reach systemd before the
     // news that exec succeeded): still the job's own exit status.
     let quick: Vec<u64> = (0..3)
@@ -174,11 +178,19 @@ fn exit_0_completes_argv_reaches_the_job_unexpanded_and_a_missing_command_is_127
     assert!(line.ends_with(" home=/root"), "{log}");
     let j = b.wait_state(missing, "failed", 30);
     assert_eq!(j["exit_code"], 127, "{j}");
-    assert!(
-        b.log_of(missing).contains("not found"),
-        "{}",
-        b.log_of(missing)
-    );
+    // One line says why, in the job's log.
+    let log = b.log_of(missing);
+    let why: Vec<&str> = log.lines().filter(|l| l.contains("not found")).collect();
+    assert_eq!(why.len(), 1, "{log}");
+    let j = b.wait_state(not_exec, "failed", 30);
+    assert_eq!(j["exit_code"], 126, "{j}");
+    let log = b.log_of(not_exec);
+    let why: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("./not-exec") && l.contains("Permission denied"))
+        .collect();
+    assert_eq!(why.len(), 1, "{log}");
+    assert!(!log.lines().any(|l| l == "ran"), "{log}");
     for id in quick {
         let j = b.wait_state(id, "failed", 30);
         assert_eq!(j["exit_code"], 1, "{j}");
@@ -648,4 +660,141 @@ fn a_jobs_process_has_only_stdin_and_its_log_open() {
     let log_path = j["log_path"].as_str().unwrap();
     let links = format!("/dev/null\n{log_path}\n{log_path}\n");
     assert!(log.contains(&links), "stdin, stdout, stderr:\n{log}");
+}
+
+/// `systemctl show` (every property, empty ones too) and busctl's
+/// introspection of the unit as `u`: what any local user can read of it.
+fn unit_as_seen_by(b: &SystemdBox, u: &User, id: u64) -> String {
+    let script = format!(
+        "systemctl show --all gpuq-job-{id}.service && \
+         busctl --system introspect org.freedesktop.systemd1 \
+         /org/freedesktop/systemd1/unit/gpuq_2djob_2d{id}_2eservice"
+    );
+    let out = sh_as(b, u, "/", &script);
+    assert!(
+        out.status.success(),
+        "{script}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+#[test]
+fn another_user_reads_neither_argv_nor_environment_of_a_job_in_its_unit() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let bob = User::new(61002, 61002, &[61002]);
+    b.add_user("bob", &bob);
+    let env_token = "env-tok-3f9a1c55";
+    let argv_token = "argv-tok-77d2e0aa";
+    let script = "printf '[%s]\\n' \"$0\" \"$@\" > argv.out; env -0 > env.out; \
+                  while [ ! -e release ]; do sleep 0.1; done";
+    let out = b.gpuq_in(
+        Some(&a),
+        &w,
+        &[("MY_API_TOKEN", env_token)],
+        &[
+            "submit", "--", "bash", "-c", script, "job", argv_token, "a b",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let id: u64 = stdout(&out).trim().parse().expect("job ID");
+    b.wait_state(id, "running", 30);
+    assert!(eventually(10, || b.unit_prop(id, "ActiveState") == "active"));
+    assert!(
+        eventually(10, || b.read(&format!("{w}/env.out")).contains('\0')),
+        "the job did not start"
+    );
+    // What bob sees of alice's running job's unit: it is there (the right
+    // unit, readable), but nothing of the job's command or environment.
+    let seen = unit_as_seen_by(&b, &bob, id);
+    assert!(seen.contains("User=61001"), "{seen}");
+    assert!(seen.contains(".Service"), "no introspection: {seen}");
+    for token in [env_token, argv_token] {
+        let lines: Vec<&str> = seen.lines().filter(|l| l.contains(token)).collect();
+        assert!(
+            lines.is_empty(),
+            "another user reads {token} in the unit:\n{}",
+            lines.join("\n")
+        );
+    }
+    assert!(!seen.contains("MY_API_TOKEN"), "{seen}");
+    // The unit runs the broker's own verb; no environment is set in it.
+    let exec = b.unit_prop(id, "ExecStart");
+    assert!(
+        exec.contains("path=/usr/local/sbin/gpuq-broker ; argv[]=gpuq-broker job-exec ;"),
+        "{exec}"
+    );
+    assert_eq!(b.unit_prop(id, "Environment"), "");
+    // The job itself got both, exactly as submitted.
+    assert_eq!(
+        b.read(&format!("{w}/argv.out")),
+        format!("[job]\n[{argv_token}]\n[a b]\n")
+    );
+    let env = b.read(&format!("{w}/env.out"));
+    assert!(
+        env.split('\0')
+            .any(|e| e == format!("MY_API_TOKEN={env_token}")),
+        "{env:?}"
+    );
+    // Its environment file is the user's alone (the job reads its own).
+    assert!(!sh_as(&b, &bob, "/", "cat /proc/*/environ 2>/dev/null")
+        .stdout
+        .windows(env_token.len())
+        .any(|x| x == env_token.as_bytes()));
+    b.sh_ok(&format!("touch {w}/release"));
+    let j = b.wait_state(id, "completed", 30);
+    assert_eq!(j["exit_code"], 0, "{j}");
+}
+
+#[test]
+fn the_broker_refuses_the_systemd_runner_when_others_can_change_its_executable() {
+    require_systemd_box!();
+    let b = SystemdBox::boot();
+    let a = alice();
+    let w = b.add_user("alice", &a);
+    let id = b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--",
+            "bash",
+            "-c",
+            "while [ ! -e release ]; do sleep 0.1; done",
+        ],
+    );
+    b.wait_state(id, "running", 30);
+    let main = b.unit_prop(id, "MainPID");
+    // The broker stops (its job's unit stays), and its directory becomes
+    // writable by others: every job would run a file others can replace.
+    b.sh_ok("systemctl stop gpuq-broker.service && chmod 0777 /usr/local/sbin");
+    let units_before = b.sh_ok("systemctl list-units --all --plain --no-legend 'gpuq-job-*'");
+    let start = b.sh("systemctl start gpuq-broker.service");
+    assert!(!start.status.success(), "the broker started");
+    let log = b.broker_log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("refusing runner = \"systemd\""))
+        .unwrap_or_else(|| panic!("no refusal in the broker's log:\n{log}"));
+    assert!(
+        line.contains("/usr/local/sbin/gpuq-broker its directory /usr/local/sbin (mode 777) is writable by group or others"),
+        "{line}"
+    );
+    // Nothing was touched: the running job's unit is as it was, no unit
+    // was made or removed, and the job is still running when the broker
+    // comes back on a safe path.
+    assert_eq!(b.unit_prop(id, "ActiveState"), "active");
+    assert_eq!(b.unit_prop(id, "MainPID"), main);
+    assert_eq!(
+        b.sh_ok("systemctl list-units --all --plain --no-legend 'gpuq-job-*'"),
+        units_before
+    );
+    b.sh_ok("chmod 0755 /usr/local/sbin && systemctl reset-failed gpuq-broker.service");
+    b.start_broker();
+    assert_eq!(b.job(id)["state"], "running");
+    b.sh_ok(&format!("touch {w}/release"));
+    b.wait_state(id, "completed", 30);
 }

@@ -30,11 +30,17 @@ pub fn now() -> i64 {
 }
 
 /// Bring the broker up on `cfg` and serve until the process is stopped.
-/// `shim` is the executable that has the `job-shim` verb (the broker itself).
+/// `shim` is the broker's own executable (`/proc/self/exe`): the direct
+/// runner's `job-shim` and every systemd unit's `job-exec`.
 pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()> {
     // What the broker makes without an explicit mode is root's alone
     // (SQLite's -wal and -shm among them); see dirs.rs.
     dirs::set_umask();
+    // Before anything is made: the systemd runner hands this path to every
+    // job's unit (see runner/systemd.rs).
+    if matches!(cfg.runner, config::RunnerKind::Systemd) {
+        runner::systemd::check_job_exec_program(&shim)?;
+    }
     dirs::preflight(&cfg.state_dir, &cfg.log_root)?;
     dirs::secure_state_dir(&cfg.state_dir)?;
     dirs::secure_log_root(&cfg.log_root)?;
@@ -48,7 +54,9 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
             )
             .with_context(|| format!("broker.cgroup_parent in {}", cfg.source.display()))?,
         ),
-        config::RunnerKind::Systemd => Arc::new(runner::systemd::SystemdRunner::connect().await?),
+        config::RunnerKind::Systemd => {
+            Arc::new(runner::systemd::SystemdRunner::connect(&shim).await?)
+        }
     };
     let gpu: Arc<dyn gpu::GpuProbe> = match cfg.gpu {
         config::GpuKind::None => Arc::new(gpu::NoGpu),

@@ -27,12 +27,21 @@ enum Verb {
     /// Internal: run one job inside its cgroup (started by the direct runner).
     #[command(hide = true)]
     JobShim { spec: PathBuf, exit: PathBuf },
+    /// Internal: what each job's systemd unit runs, as the job's user: the
+    /// job's argv and environment come on fd 0, not in the unit.
+    #[command(hide = true)]
+    JobExec,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Verb::JobShim { spec, exit }) = &cli.verb {
         let code = gpuq_broker::runner::direct::job_shim(spec, exit);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
+    if let Some(Verb::JobExec) = &cli.verb {
+        // Returns only when the job's command could not be started.
+        let code = gpuq_broker::runner::systemd::job_exec();
         return ExitCode::from(code.clamp(0, 255) as u8);
     }
     tracing_subscriber::fmt()
@@ -65,7 +74,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     if !nix::unistd::Uid::effective().is_root() {
         anyhow::bail!("gpuq-broker must run as root (it starts jobs as their submitters)");
     }
-    let shim = std::env::current_exe()?;
+    // /proc/self/exe, resolved once: the path every job's unit runs.
+    let shim = std::fs::read_link("/proc/self/exe")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         // Named for `top -H` and profiles (default: tokio-rt-worker).

@@ -57,6 +57,14 @@ pub enum RunnerError {
     State { id: JobId, what: String },
     #[error("systemd: {0}")]
     Systemd(String),
+    /// The program every job's unit would run is not root's alone.
+    #[error(
+        "refusing runner = \"systemd\": the broker's executable {} {why}; every job runs \
+         it as its user, so it must be root's, mode 0755, in directories only root can write \
+         (install it in /usr/sbin or /usr/libexec, or chown root and chmod go-w the one named)",
+        .path.display()
+    )]
+    UnsafeProgram { path: PathBuf, why: String },
 }
 
 #[async_trait]

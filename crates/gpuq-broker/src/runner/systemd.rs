@@ -3,12 +3,24 @@
 //! `systemd-run` subprocess). systemd gives the unit its own cgroup, so
 //! `KillUnit(..., "all", SIGKILL)` ends the whole tree.
 //!
-//! The unit runs the user's command through `/bin/bash --posix -c 'exec "$@"'`
-//! so that a command name is looked up in the user's own `PATH` (transient
-//! units need an absolute `ExecStart`); bash because it passes environment
-//! entries of any name on to the command, which dash (Debian's `/bin/sh`)
-//! drops, and `--posix` because that is how EL's `/bin/sh` (bash) runs: no
-//! `BASH_ENV` or other start-up file is read.
+//! **Nothing of the job's argv or environment is in the unit.** A unit's
+//! properties are readable by every local user (`systemctl show`, D-Bus
+//! `Properties.GetAll`): an `ExecStart` with the job's argv and an
+//! `Environment` with its submitted variables showed one user's tokens to
+//! all. `ExecStart` is the broker's own executable with the hidden verb
+//! `job-exec` (`[exe, "gpuq-broker", "job-exec"]`), and no `Environment` is
+//! set. The argv, environment, user and working directory (for an error
+//! line) go as JSON in a sealed memfd passed with the D-Bus message as
+//! `StandardInputFileDescriptor`; [`job_exec`], running as the user after
+//! systemd has set up the identity, directory and log, reads it from fd 0,
+//! puts `/dev/null` on fd 0 and execs the command with the job's
+//! environment set over systemd's (what `Environment=` did, for any name
+//! execve takes: `BASH_FUNC_module%%` needs no `env(1)` wrapper), looking
+//! the command up in the job's `PATH`. The broker's executable is checked
+//! at start-up ([`check_job_exec_program`]): root's, not writable by
+//! others, executable by all, in directories likewise — a path anyone else
+//! could change would run as every job's user. What the unit still shows
+//! every user: `User`, `Group`, `SupplementaryGroups`, `WorkingDirectory`.
 //!
 //! **No path of the user's is handed to systemd as root.** The job's stdout
 //! and stderr are the log file the broker already opened safely
@@ -24,13 +36,6 @@
 //! might be on NFS and only the user running this service might have the
 //! correct privilege"), so it reaches only what the user could `cd` to.
 //!
-//! **Environment.** systemd refuses a whole `Environment=` list with one
-//! name outside `[A-Za-z_][A-Za-z0-9_]*` (`env_name_is_valid`), and EL8's 239
-//! also values with control characters (`env_value_is_valid`); Lmod exports
-//! `BASH_FUNC_module%%`. Such entries are given to the job by
-//! `/usr/bin/env -- NAME=VALUE… /bin/bash …` in `ExecStart` instead, so that
-//! the job gets exactly the environment it would get with the direct runner.
-//!
 //! `RemainAfterExit=yes` keeps the unit — and its
 //! `ExecMainCode`/`ExecMainStatus` — after the main process ends, also while
 //! the broker is restarting; the broker stops and resets it after reading
@@ -44,10 +49,12 @@
 //! `integration/systemd-box/`), driven by the real CLI.
 
 use super::{JobSpec, Outcome, Runner, RunnerError};
+use crate::exec_dirs::shown;
 use async_trait::async_trait;
 use gpuq_protocol::JobId;
 use std::fs::File;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 use zbus::zvariant::{Fd, OwnedObjectPath, OwnedValue, Value};
 
@@ -65,79 +72,197 @@ const START_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 pub struct SystemdRunner {
     conn: zbus::Connection,
+    /// The broker's own executable: every job's `ExecStart`.
+    exe: PathBuf,
 }
 
 fn unit_name(id: JobId) -> String {
     format!("gpuq-job-{id}.service")
 }
 
-/// What runs the user's command (see the module's doc).
-const SHELL: &str = "/bin/bash";
-/// What sets the environment entries `Environment=` cannot carry.
-const ENV: &str = "/usr/bin/env";
+/// The hidden verb of the broker's executable that each job's unit runs
+/// (`gpuq-broker job-exec`, see [`job_exec`]).
+pub const JOB_EXEC_VERB: &str = "job-exec";
+/// The most `job-exec` reads as its request; the broker's own limits on a
+/// submission's argv and environment are far below.
+const REQUEST_MAX: u64 = 64 << 20;
 
-/// `$` → `$$`: what systemd turns back into one literal `$` in ExecStart.
-fn escape_dollars(arg: &str) -> String {
-    arg.replace('$', "$$")
+/// What the unit's `job-exec` process needs to start the job, handed over
+/// in a sealed memfd on its stdin — never in a unit property, which every
+/// local user can read (`systemctl show`).
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExecRequest {
+    pub argv: Vec<String>,
+    /// Set over what systemd gave the process (in order: a later entry of
+    /// the same name wins, as the broker's own entries come last).
+    pub env: Vec<(String, String)>,
+    /// For the one line a command that cannot be started leaves in the log.
+    pub user: String,
+    pub cwd: String,
 }
 
-/// Whether systemd takes `name=value` in a transient unit's `Environment=`
-/// on every version we run on (239 and later): `env_name_is_valid` — not
-/// empty, not starting with a digit, only ASCII letters, digits and `_` —
-/// and `env_value_is_valid` as strict as 239's (no control character but
-/// TAB; newer versions allow more, 239 does not).
-fn systemd_takes(name: &str, value: &str) -> bool {
-    let name_ok = name
-        .bytes()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == b'_')
-        && name.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_');
-    name_ok && !value.chars().any(|c| c.is_control() && c != '\t')
+/// `ExecStart`'s (path, argv): the broker's own executable and the verb,
+/// nothing of the job's. systemd expands `$` only in argv, and these two
+/// words have none.
+fn exec_start(exe: &Path) -> (String, Vec<String>) {
+    (
+        exe.to_string_lossy().into_owned(),
+        vec!["gpuq-broker".to_string(), JOB_EXEC_VERB.to_string()],
+    )
 }
 
-/// The job's environment split into what goes into `Environment=` and what
-/// `env(1)` sets (in order; a later entry of the same name wins, as the
-/// broker's own entries come last — systemd would refuse duplicates).
-fn split_env(env: &[(String, String)]) -> (Vec<String>, Vec<String>) {
-    let mut last: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (i, (k, _)) in env.iter().enumerate() {
-        last.insert(k.as_str(), i);
-    }
-    let (mut unit, mut by_env) = (Vec::new(), Vec::new());
-    for (i, (k, v)) in env.iter().enumerate() {
-        if last.get(k.as_str()) != Some(&i) {
-            continue;
-        }
-        if systemd_takes(k, v) {
-            unit.push(format!("{k}={v}"));
-        } else {
-            by_env.push(format!("{k}={v}"));
-        }
-    }
-    (unit, by_env)
-}
-
-/// `ExecStart`'s (path, argv) for the job, before `$` escaping.
-fn exec_start(spec: &JobSpec, by_env: &[String]) -> (String, Vec<String>) {
-    let mut argv: Vec<String> = Vec::new();
-    let path = if by_env.is_empty() {
-        SHELL
-    } else {
-        // `--` ends env's options; every entry has a `=` (filter_env drops
-        // names with one), so env takes each as an assignment up to SHELL.
-        argv.extend(["env".to_string(), "--".to_string()]);
-        argv.extend(by_env.iter().cloned());
-        ENV
+/// The job's [`ExecRequest`] as JSON in a memfd, sealed (no write, no
+/// resize, no further seals) and read from its start.
+fn request_fd(spec: &JobSpec) -> std::io::Result<OwnedFd> {
+    use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    use std::io::{Seek, Write};
+    let req = ExecRequest {
+        argv: spec.argv.clone(),
+        env: spec.env.clone(),
+        user: spec.user.clone(),
+        cwd: spec.cwd.clone(),
     };
-    argv.extend([
-        SHELL.to_string(),
-        "--posix".to_string(),
-        "-c".to_string(),
-        "exec \"$@\"".to_string(),
-        format!("gpuq-job-{}", spec.id),
-    ]);
-    argv.extend(spec.argv.iter().cloned());
-    (path.to_string(), argv)
+    let bytes = serde_json::to_vec(&req).map_err(std::io::Error::other)?;
+    let fd = memfd_create(
+        c"gpuq-job-exec",
+        MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING,
+    )?;
+    let mut file = File::from(fd);
+    file.write_all(&bytes)?;
+    fcntl(
+        file.as_raw_fd(),
+        FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_WRITE
+                | SealFlag::F_SEAL_SEAL,
+        ),
+    )?;
+    // systemd dup2()s this very file description to the job's fd 0.
+    file.rewind()?;
+    Ok(file.into())
+}
+
+/// Read the request from `fd` (the unit's stdin): a regular file (the
+/// memfd), read from offset 0 whatever its position.
+fn read_request(fd: BorrowedFd<'_>) -> Result<ExecRequest, String> {
+    use std::os::unix::fs::FileExt;
+    let file = File::from(fd.try_clone_to_owned().map_err(|e| e.to_string())?);
+    let m = file.metadata().map_err(|e| e.to_string())?;
+    if !m.file_type().is_file() {
+        return Err("stdin is not the job's request (the broker passes a sealed file)".into());
+    }
+    if m.len() > REQUEST_MAX {
+        return Err(format!(
+            "the request is {} bytes, over {REQUEST_MAX}",
+            m.len()
+        ));
+    }
+    let mut buf = vec![0; m.len() as usize];
+    file.read_exact_at(&mut buf, 0).map_err(|e| e.to_string())?;
+    serde_json::from_slice(&buf).map_err(|e| format!("the request is not valid: {e}"))
+}
+
+/// The `gpuq-broker job-exec` verb, which each job's unit runs as the job's
+/// user, in its working directory, with fd 1 and 2 on its log: read the
+/// [`ExecRequest`] from fd 0, put `/dev/null` on fd 0 (jobs read no
+/// input), and exec the command with the job's environment set over what
+/// systemd gave (`USER`, `HOME`, `LOGNAME`, `SHELL` for `User=`, `PATH`,
+/// `INVOCATION_ID` …) — what `Environment=` did, but for any name and
+/// value execve takes (`BASH_FUNC_module%%` …). The command is looked up in
+/// the job's `PATH`. Returns only when it could not be started: 127 when
+/// it was not found, else 126 (as a shell does), with one line in the log.
+pub fn job_exec() -> i32 {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let fail = |msg: String| {
+        // stderr is the job's log: the user sees why their job did not start.
+        let _ = writeln!(std::io::stderr(), "gpuq: {msg}");
+    };
+    let req = match read_request(std::io::stdin().as_fd()) {
+        Ok(r) => r,
+        Err(e) => {
+            fail(format!("job-exec: {e}"));
+            return 126;
+        }
+    };
+    let Some((prog, args)) = req.argv.split_first() else {
+        fail("job-exec: the request has no command".into());
+        return 126;
+    };
+    let e = std::process::Command::new(prog)
+        .args(args)
+        .envs(req.env.iter().map(|(k, v)| (k, v)))
+        .stdin(std::process::Stdio::null())
+        .exec();
+    let not_found = e.kind() == std::io::ErrorKind::NotFound;
+    let why = if not_found && !prog.contains('/') {
+        "command not found".to_string()
+    } else {
+        e.to_string()
+    };
+    fail(format!(
+        "cannot start `{}` as {} in {}: {why}",
+        shown(prog),
+        shown(&req.user),
+        shown(&req.cwd)
+    ));
+    if not_found {
+        127
+    } else {
+        126
+    }
+}
+
+/// Why `exe` must not be handed to systemd as every job's program, if so.
+/// Every job's user runs it: it must be a regular file owned by root that
+/// others may execute and nobody else may write, in directories likewise
+/// root's, not writable by group or others and searchable by all (no
+/// symlink anywhere: the path comes from `/proc/self/exe`, which has none).
+pub fn check_job_exec_program(exe: &Path) -> Result<(), RunnerError> {
+    let refuse = |why: String| RunnerError::UnsafeProgram {
+        path: exe.to_path_buf(),
+        why,
+    };
+    if !exe.is_absolute() || exe.to_str().is_none() {
+        return Err(refuse("is not an absolute UTF-8 path".into()));
+    }
+    let m =
+        std::fs::symlink_metadata(exe).map_err(|e| refuse(format!("cannot be examined ({e})")))?;
+    if !m.file_type().is_file() {
+        return Err(refuse("is not a regular file".into()));
+    }
+    usable_by_all_writable_by_root(&m).map_err(|w| refuse(format!("itself {w}")))?;
+    for dir in exe.ancestors().skip(1) {
+        let m = std::fs::symlink_metadata(dir).map_err(|e| {
+            refuse(format!(
+                "its directory {} cannot be examined ({e})",
+                dir.display()
+            ))
+        })?;
+        if !m.file_type().is_dir() {
+            return Err(refuse(format!("{} is not a directory", dir.display())));
+        }
+        usable_by_all_writable_by_root(&m)
+            .map_err(|w| refuse(format!("its directory {} {w}", dir.display())))?;
+    }
+    Ok(())
+}
+
+fn usable_by_all_writable_by_root(m: &std::fs::Metadata) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = m.mode() & 0o7777;
+    if m.uid() != 0 {
+        return Err(format!("is owned by uid {}, not root", m.uid()));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!("(mode {mode:o}) is writable by group or others"));
+    }
+    if mode & 0o001 == 0 {
+        return Err(format!("(mode {mode:o}) is not executable by others"));
+    }
+    Ok(())
 }
 
 /// systemd resolves `User=`, `Group=` and `SupplementaryGroups=` in the
@@ -178,10 +303,10 @@ const SYSTEMD_EXIT_CODES: std::ops::RangeInclusive<i32> = 200..=245;
 
 /// Why systemd failed the unit's start job (`result`: the job's result,
 /// e.g. "failed"; `status`: the unit's `ExecMainStatus`).
-fn start_failure(spec: &JobSpec, result: &str, status: Option<i32>) -> RunnerError {
+fn start_failure(spec: &JobSpec, exe: &Path, result: &str, status: Option<i32>) -> RunnerError {
     let step = match status {
         Some(200) => format!(" at step CHDIR: cannot enter {}", spec.cwd),
-        Some(203) => format!(" at step EXEC: cannot execute {SHELL} or {ENV}"),
+        Some(203) => format!(" at step EXEC: cannot execute {}", exe.display()),
         Some(209) => format!(
             " at step STDOUT: cannot use the log file {}",
             spec.log_path.display()
@@ -205,13 +330,20 @@ fn err(e: zbus::Error) -> RunnerError {
 }
 
 impl SystemdRunner {
-    pub async fn connect() -> Result<Self, RunnerError> {
+    /// `exe`: the broker's own executable (from `/proc/self/exe`), which
+    /// every job's unit runs as `exe job-exec`; refused unless only root can
+    /// change it and every user can run it ([`check_job_exec_program`]).
+    pub async fn connect(exe: &Path) -> Result<Self, RunnerError> {
+        check_job_exec_program(exe)?;
         let conn = zbus::Connection::system().await.map_err(|e| {
             RunnerError::Systemd(format!(
                 "cannot reach the system bus ({e}); on a host without systemd set broker.runner = \"direct\""
             ))
         })?;
-        let runner = SystemdRunner { conn };
+        let runner = SystemdRunner {
+            conn,
+            exe: exe.to_path_buf(),
+        };
         // Without a subscriber systemd sends no unit signals on the system
         // bus; with one, the bus daemon passes on only what we match.
         runner
@@ -358,22 +490,15 @@ impl Runner for SystemdRunner {
 
     async fn start(&self, spec: &JobSpec, log: File) -> Result<(), RunnerError> {
         known_ids(spec)?;
-        let (env, by_env) = split_env(&spec.env);
-        if !by_env.is_empty() {
-            let names: Vec<&str> = by_env
-                .iter()
-                .map(|e| e.split_once('=').map_or(e.as_str(), |(k, _)| k))
-                .collect();
-            tracing::debug!(job = %spec.id, "environment through env(1): {}", names.join(" "));
-        }
-        let (path, argv) = exec_start(spec, &by_env);
-        // systemd substitutes `$NAME`, `${NAME}` and `$$` in ExecStart when
-        // it spawns the process, also in a transient unit's: `$$` in a
-        // user's `bash -c 'echo $$'` would reach bash as `$`, `$HOME` as
-        // the unit's value. Every `$` is sent as `$$` (systemd's literal
-        // dollar, understood by every version; the `:` no-expansion prefix
-        // needs 243+, and EL8 has 239).
-        let argv: Vec<String> = argv.iter().map(|a| escape_dollars(a)).collect();
+        // The job's argv and environment reach `job-exec` through this
+        // descriptor only: a unit's properties (ExecStart, Environment) are
+        // readable by every local user over D-Bus.
+        let request = request_fd(spec).map_err(|source| RunnerError::Io {
+            id: spec.id,
+            what: "write the job's request to a memfd".into(),
+            source,
+        })?;
+        let (path, argv) = exec_start(&self.exe);
         let exec: Vec<(String, Vec<String>, bool)> = vec![(path, argv, false)];
         let groups: Vec<String> = spec.groups.iter().map(|g| g.to_string()).collect();
         // A backstop only: the broker enforces the limit itself.
@@ -388,8 +513,11 @@ impl Runner for SystemdRunner {
             ("Group", Value::from(spec.gid.to_string())),
             ("SupplementaryGroups", Value::from(groups)),
             ("WorkingDirectory", Value::from(spec.cwd.clone())),
-            ("Environment", Value::from(env)),
-            ("StandardInput", Value::from("null")),
+            // `job-exec` reads its request from fd 0, then puts /dev/null there.
+            (
+                "StandardInputFileDescriptor",
+                Value::Fd(Fd::from(request.as_fd())),
+            ),
             // The broker's own open file description (O_APPEND), sent with
             // the message: systemd dup2()s it to 1 and 2, opening nothing.
             (
@@ -403,7 +531,7 @@ impl Runner for SystemdRunner {
             ("RuntimeMaxUSec", Value::from(runtime_max_usec)),
         ];
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = vec![];
-        // With Type=exec systemd finishes the start job once /bin/sh has
+        // With Type=exec systemd finishes the start job once `job-exec` has
         // been exec'd, and fails it when a step before failed (user,
         // groups, working directory, log file). Listen for the job's end
         // before asking, so that the signal cannot be missed.
@@ -454,7 +582,7 @@ impl Runner for SystemdRunner {
             Ok(Some(r)) => match self.main_exit(spec.id).await {
                 Some((CLD_EXITED, status)) if !SYSTEMD_EXIT_CODES.contains(&status) => Ok(()),
                 Some((CLD_KILLED | CLD_DUMPED, _)) => Ok(()),
-                other => Err(start_failure(spec, &r, other.map(|(_, s)| s))),
+                other => Err(start_failure(spec, &self.exe, &r, other.map(|(_, s)| s))),
             },
             // No word from systemd (yet): supervision sees what happens.
             Ok(None) | Err(_) => {
@@ -546,123 +674,145 @@ impl Runner for SystemdRunner {
 mod tests {
     use super::*;
 
-    #[test]
-    fn dollars_reach_the_job_literally() {
-        assert_eq!(escape_dollars("exec \"$@\""), "exec \"$$@\"");
-        assert_eq!(
-            escape_dollars("echo $$ ${HOME} $X 100%"),
-            "echo $$$$ $${HOME} $$X 100%"
-        );
-        assert_eq!(escape_dollars("plain"), "plain");
-    }
-
-    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn names_and_values_systemd_refuses_go_through_env() {
-        let (unit, by_env) = split_env(&env(&[
-            ("PATH", "/usr/bin:/bin"),
-            ("_under", "x"),
-            ("TABBED", "a\tb"),
-            ("DOLLAR", "$HOME 100%"),
-            ("BASH_FUNC_module%%", "() {  eval x\n}"),
-            ("with.dot", "1"),
-            ("with-dash", "2"),
-            ("9LIVES", "3"),
-            ("ESC", "a\u{1b}b"),
-            ("NL", "a\nb"),
-            ("DEL", "a\u{7f}"),
-            ("Ünicode", "4"),
-        ]));
-        assert_eq!(
-            unit,
-            [
-                "PATH=/usr/bin:/bin",
-                "_under=x",
-                "TABBED=a\tb",
-                "DOLLAR=$HOME 100%"
-            ]
-        );
-        assert_eq!(
-            by_env,
-            [
-                "BASH_FUNC_module%%=() {  eval x\n}",
-                "with.dot=1",
-                "with-dash=2",
-                "9LIVES=3",
-                "ESC=a\u{1b}b",
-                "NL=a\nb",
-                "DEL=a\u{7f}",
-                "Ünicode=4",
-            ]
-        );
-    }
-
-    #[test]
-    fn a_repeated_name_is_sent_once_with_its_last_value() {
-        let (unit, by_env) = split_env(&env(&[
-            ("A", "first"),
-            ("x.y", "1"),
-            ("B", "b"),
-            ("A", "second"),
-            ("x.y", "2"),
-        ]));
-        assert_eq!(unit, ["B=b", "A=second"]);
-        assert_eq!(by_env, ["x.y=2"]);
-    }
-
-    fn spec(argv: &[&str]) -> JobSpec {
+    fn spec(argv: &[&str], env: &[(&str, &str)]) -> JobSpec {
         JobSpec {
             id: JobId(7),
             uid: 0,
             gid: 0,
             groups: vec![],
-            user: "root".into(),
+            user: "alice".into(),
             argv: argv.iter().map(|a| a.to_string()).collect(),
-            cwd: "/".into(),
-            env: vec![],
+            cwd: "/w/alice".into(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             log_path: "/dev/null".into(),
             time_limit_secs: 60,
         }
     }
 
     #[test]
-    fn exec_start_is_bash_posix_and_env_only_when_needed() {
-        let (path, argv) = exec_start(&spec(&["python", "x.py"]), &[]);
-        assert_eq!(path, "/bin/bash");
-        assert_eq!(
-            argv,
-            [
-                "/bin/bash",
-                "--posix",
-                "-c",
-                "exec \"$@\"",
-                "gpuq-job-7",
-                "python",
-                "x.py"
-            ]
+    fn exec_start_is_the_broker_and_its_verb_only() {
+        let (path, argv) = exec_start(Path::new("/usr/sbin/gpuq-broker"));
+        assert_eq!(path, "/usr/sbin/gpuq-broker");
+        assert_eq!(argv, ["gpuq-broker", "job-exec"]);
+    }
+
+    #[test]
+    fn the_request_is_a_sealed_memfd_read_back_whole() {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        use std::io::Write;
+        let env = [
+            ("PATH", "/usr/bin:/bin"),
+            ("BASH_FUNC_module%%", "() {  eval x\n}"),
+            ("with.dot", "1"),
+            ("ESC", "a\u{1b}b"),
+            ("DOLLAR", "$HOME 100%"),
+        ];
+        let argv = ["printf", "[%s]\n", "$$", "${HOME}", "a b", "it's"];
+        let fd = request_fd(&spec(&argv, &env)).unwrap();
+        let seals = fcntl(fd.as_raw_fd(), FcntlArg::F_GET_SEALS).unwrap();
+        let want = SealFlag::F_SEAL_SHRINK
+            | SealFlag::F_SEAL_GROW
+            | SealFlag::F_SEAL_WRITE
+            | SealFlag::F_SEAL_SEAL;
+        assert_eq!(SealFlag::from_bits_truncate(seals) & want, want);
+        // Sealed: nobody holding the descriptor can change it.
+        let mut f = File::from(fd.try_clone().unwrap());
+        assert_eq!(f.write(b"x").unwrap_err().raw_os_error(), Some(libc::EPERM));
+        let req = read_request(fd.as_fd()).unwrap();
+        assert_eq!(req.argv, argv);
+        let want_env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(req.env, want_env);
+        assert_eq!((req.user.as_str(), req.cwd.as_str()), ("alice", "/w/alice"));
+    }
+
+    #[test]
+    fn a_request_that_is_not_a_file_is_refused() {
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let e = read_request(r.as_fd()).unwrap_err();
+        assert!(e.contains("not the job's request"), "{e}");
+    }
+
+    /// A tree `<tmp>/a/b/gpuq-broker` as root with the given modes.
+    fn tree(dir_mode: u32, file_mode: u32) -> (tempfile::TempDir, PathBuf) {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let b = t.path().join("a/b");
+        std::fs::create_dir_all(&b).unwrap();
+        for d in [t.path().join("a"), b.clone()] {
+            std::fs::set_permissions(&d, std::fs::Permissions::from_mode(dir_mode)).unwrap();
+        }
+        let exe = b.join("gpuq-broker");
+        std::fs::write(&exe, b"#!/bin/true\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(file_mode)).unwrap();
+        (t, exe)
+    }
+
+    #[test]
+    fn the_program_handed_to_systemd_must_be_roots_alone_and_usable_by_all() {
+        assert!(
+            nix::unistd::Uid::effective().is_root(),
+            "this test makes root-owned trees: run it as root"
         );
-        let (path, argv) = exec_start(&spec(&["true"]), &["a.b=1".to_string()]);
-        assert_eq!(path, "/usr/bin/env");
-        assert_eq!(
-            argv,
-            [
-                "env",
-                "--",
-                "a.b=1",
-                "/bin/bash",
-                "--posix",
-                "-c",
-                "exec \"$@\"",
-                "gpuq-job-7",
-                "true"
-            ]
+        // Only the tree's own part (the file, b/, a/): the temporary
+        // directory's ancestors (/tmp is sticky 1777) are the next test's.
+        let check = |exe: &Path| -> Result<(), String> {
+            for p in exe.ancestors().take(3) {
+                let m = std::fs::symlink_metadata(p).unwrap();
+                usable_by_all_writable_by_root(&m).map_err(|w| format!("{} {w}", p.display()))?;
+            }
+            Ok(())
+        };
+        let (_t, exe) = tree(0o755, 0o755);
+        assert_eq!(check(&exe), Ok(()));
+        for (dir, file, want) in [
+            (0o775, 0o755, "writable by group or others"),
+            (0o757, 0o755, "writable by group or others"),
+            (0o750, 0o755, "not executable by others"),
+            (0o755, 0o757, "writable by group or others"),
+            (0o755, 0o750, "not executable by others"),
+        ] {
+            let (_t, exe) = tree(dir, file);
+            let e = check(&exe).unwrap_err();
+            assert!(e.contains(want), "{dir:o}/{file:o}: {e}");
+        }
+        let (_t, exe) = tree(0o755, 0o755);
+        std::os::unix::fs::chown(exe.parent().unwrap(), Some(65534), None).unwrap();
+        let e = check(&exe).unwrap_err();
+        assert!(e.contains("owned by uid 65534, not root"), "{e}");
+    }
+
+    #[test]
+    fn the_whole_path_is_checked_up_to_the_root() {
+        // A world-writable directory three levels up (whatever is above
+        // it): the full check walks that far and names it.
+        use std::os::unix::fs::PermissionsExt;
+        let (t, exe) = tree(0o755, 0o755);
+        std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let e = check_job_exec_program(&exe).unwrap_err().to_string();
+        let want = format!(
+            "its directory {} (mode 1777) is writable by group or others",
+            t.path().display()
         );
+        assert!(e.contains(&want), "{e}");
+        assert!(e.contains(&exe.display().to_string()), "{e}");
+        let e = check_job_exec_program(Path::new("relative/gpuq-broker"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not an absolute"), "{e}");
+        let e = check_job_exec_program(Path::new("/usr/sbin/gpuq-broker (deleted)"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be examined"), "{e}");
+        // The shell every test machine has is installed as it must be.
+        let sh = std::fs::canonicalize("/bin/sh").unwrap();
+        assert!(check_job_exec_program(&sh).is_ok(), "{}", sh.display());
     }
 
     #[test]
