@@ -10,6 +10,7 @@ pub mod error;
 pub mod exec;
 pub mod gpu;
 pub mod joblog;
+pub mod limits;
 pub mod policy;
 pub mod runner;
 pub mod server;
