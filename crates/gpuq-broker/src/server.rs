@@ -191,7 +191,16 @@ async fn handle(broker: &Arc<Broker>, conn: &Conn, req: Request<Incoming>) -> Re
         Ok(resp) => resp,
         Err(e) => {
             tracing::debug!(uid = peer.uid, "refused: {e}");
-            error(&e)
+            let mut resp = error(&e);
+            if matches!(e, ApiError::Timeout(_) | ApiError::TooLarge(_)) {
+                // The rest of that body is not wanted: end the connection
+                // instead of waiting for it.
+                resp.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            resp
         }
     }
 }
