@@ -37,12 +37,22 @@ pub const MAX_REFUSING: usize = 64;
 /// How long a refusal may take to be written (the client may not read).
 pub const REFUSAL_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Requests of one UID (not root) the broker works on at once; the others
+/// wait, without using CPU, for one of these to finish. The store is one
+/// connection behind a mutex: without this, a user's many `list`s each
+/// take the mutex in turn and another user's request waits behind all of
+/// them. Streams hold a permit only until their answer starts.
+pub const REQUESTS_IN_FLIGHT_PER_USER: usize = 4;
+
 #[derive(Debug, Default)]
 struct Counts {
     /// Connections of every UID but root.
     others: usize,
     per_uid: HashMap<u32, usize>,
     refusing: usize,
+    /// Each UID's requests in flight (see [`REQUESTS_IN_FLIGHT_PER_USER`]),
+    /// while it has a connection open.
+    work: HashMap<u32, Arc<tokio::sync::Semaphore>>,
 }
 
 /// The broker's open connections, by UID.
@@ -57,6 +67,19 @@ pub struct Connections {
 pub struct Slot {
     conns: Arc<Connections>,
     uid: u32,
+    work: Arc<tokio::sync::Semaphore>,
+}
+
+impl Slot {
+    /// Wait for a turn to work on one request of this connection's UID
+    /// (root's requests never wait).
+    pub async fn turn(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if self.uid == 0 {
+            return None;
+        }
+        // The semaphore is never closed.
+        Arc::clone(&self.work).acquire_owned().await.ok()
+    }
 }
 
 /// One refusal being answered; dropping it gives its place back.
@@ -98,9 +121,14 @@ impl Connections {
         if uid != 0 {
             c.others += 1;
         }
+        let work =
+            Arc::clone(c.work.entry(uid).or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(REQUESTS_IN_FLIGHT_PER_USER))
+            }));
         Ok(Slot {
             conns: Arc::clone(self),
             uid,
+            work,
         })
     }
 
@@ -133,6 +161,7 @@ impl Drop for Slot {
             *n -= 1;
             if *n == 0 {
                 c.per_uid.remove(&self.uid);
+                c.work.remove(&self.uid);
             }
         }
         if self.uid != 0 {

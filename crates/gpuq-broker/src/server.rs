@@ -25,6 +25,8 @@ use tokio::net::{UnixListener, UnixStream};
 #[derive(Debug, Clone)]
 struct Conn {
     peer: Peer,
+    /// The connection's place in the caps; also its UID's turns.
+    slot: Arc<Slot>,
     /// Set by a handler whose answer is a stream (`follow`, `daos-exec`):
     /// its writes may wait on the reader without a deadline.
     streaming: Arc<AtomicBool>,
@@ -100,7 +102,12 @@ async fn serve_connection(stream: UnixStream, broker: Arc<Broker>, peer: Peer, s
         Duration::from_secs(limits.write_timeout_secs),
         Arc::clone(&streaming),
     );
-    let conn = Conn { peer, streaming };
+    let slot = Arc::new(slot);
+    let conn = Conn {
+        peer,
+        streaming,
+        slot: Arc::clone(&slot),
+    };
     let request_timeout = Duration::from_secs(limits.request_timeout_secs);
     let b = Arc::clone(&broker);
     let svc = hyper::service::service_fn(move |req| {
@@ -187,6 +194,8 @@ fn query_flag(req: &Request<Incoming>, name: &str) -> bool {
 
 async fn handle(broker: &Arc<Broker>, conn: &Conn, req: Request<Incoming>) -> Response<Body> {
     let peer = &conn.peer;
+    // Held until the answer (or a stream's head) is ready.
+    let _turn = conn.slot.turn().await;
     match route(broker, conn, req).await {
         Ok(resp) => resp,
         Err(e) => {
