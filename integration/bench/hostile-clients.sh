@@ -64,12 +64,15 @@ echo "== uid 61001: $N connections for $(( SAMPLES / 20 + 30 ))s"
 sleep 8
 "$PY" "$B/hostile_clients.py" stats "$B/broker.sock" > "$B/stats1.json"
 echo "broker under the flood: $(cat "$B/stats1.json")"
+cpu() { awk '{ printf "%.2f", ($14 + $15) / 100 }' /proc/$PID/stat; }   # CPU seconds (USER_HZ 100)
+cpu0=$(cpu); t0=$(date +%s.%N)
 echo "== uid 61002: gpuq list x$SAMPLES under the flood"
 flood=$(cd "$B/w2" && as 61002 "$PY" "$B/hostile_clients.py" measure "$BIN/gpuq" "$SAMPLES")
 echo "$flood"
 submit=$(cd "$B/w2" && as 61002 "$BIN/gpuq" submit -- true 2>&1) && ok=yes || ok="NO: $submit"
 echo "uid 61002's submit under the flood: $ok (job $submit)"
 rss_flood=$(rss)
+echo "broker CPU during the measurement: $("$PY" -c "import sys; print(round((float(sys.argv[1]) - float(sys.argv[2])) / (float(sys.argv[3]) - float(sys.argv[4])), 2))" "$(cpu)" "$cpu0" "$(date +%s.%N)" "$t0") cores"
 "$PY" "$B/hostile_clients.py" stats "$B/broker.sock" > "$B/stats2.json"
 wait "$SWARM"; SWARM=
 echo "what the hostile clients saw: $(cat "$B/swarm.json")"
