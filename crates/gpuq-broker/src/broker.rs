@@ -13,6 +13,7 @@ use crate::daos::{self as daosjob, Daos, JobLog, Local};
 use crate::error::ApiError;
 use crate::gpu::GpuProbe;
 use crate::joblog;
+use crate::limits::Connections;
 use crate::now;
 use crate::policy::{self, Gate, GateInputs};
 use crate::runner::{JobSpec, Outcome, Runner};
@@ -28,7 +29,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 
 /// Who is asking, as the kernel says (`SO_PEERCRED`, `SO_PEERGROUPS`).
 #[derive(Debug, Clone)]
@@ -70,6 +71,14 @@ pub struct Broker {
     gate_reason: Mutex<Option<String>>,
     /// DAOS jobs (`--inst`), when `[daos]` is configured.
     daos: Option<Arc<Daos>>,
+    /// Open API connections by UID (the server admits through it).
+    conns: Arc<Connections>,
+    /// A job's end, for its `follow`ers: fired by [`Broker::finish_job`]
+    /// right after the end is stored, so a follower never asks SQLite.
+    /// An entry exists only while someone follows a job that has not ended.
+    ends: Mutex<HashMap<JobId, watch::Sender<bool>>>,
+    /// Serialises the per-user queue count with the insert it allows.
+    submits: Mutex<()>,
 }
 
 fn user_name(uid: u32) -> String {
@@ -92,6 +101,7 @@ impl Broker {
         gpu: Arc<dyn GpuProbe>,
         daos: Option<Arc<Daos>>,
     ) -> Arc<Self> {
+        let cfg_limits = cfg.limits.clone();
         Arc::new(Broker {
             cfg,
             store,
@@ -101,7 +111,58 @@ impl Broker {
             running: Mutex::new(HashMap::new()),
             gate_reason: Mutex::new(None),
             daos,
+            conns: Connections::new(cfg_limits),
+            ends: Mutex::new(HashMap::new()),
+            submits: Mutex::new(()),
         })
+    }
+
+    pub fn connections(&self) -> &Arc<Connections> {
+        &self.conns
+    }
+
+    /// `GET /v1/stats` (root): open connections by UID, jobs being
+    /// followed, and how many calls into SQLite the broker has made.
+    pub fn stats(&self, peer: &Peer) -> Result<serde_json::Value, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may read the broker's statistics: run it with sudo".into(),
+            ));
+        }
+        let (others, per_uid) = self.conns.snapshot();
+        let followed = self.ends_guard().len();
+        Ok(serde_json::json!({
+            "connections": {
+                "others": others,
+                "per_uid": per_uid
+                    .into_iter()
+                    .map(|(u, n)| (u.to_string(), serde_json::Value::from(n)))
+                    .collect::<serde_json::Map<_, _>>(),
+            },
+            "followed_jobs": followed,
+            "store_queries": self.store.queries(),
+        }))
+    }
+
+    fn ends_guard(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, watch::Sender<bool>>> {
+        self.ends.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Record a job's end in the store (if it was in `from`) and wake its
+    /// followers.
+    fn finish_job(
+        &self,
+        id: JobId,
+        from: JobState,
+        end: &Ending,
+    ) -> Result<bool, crate::store::StoreError> {
+        let done = self.store.finish(id, from, end)?;
+        if done {
+            if let Some(tx) = self.ends_guard().remove(&id) {
+                tx.send_replace(true);
+            }
+        }
+        Ok(done)
     }
 
     pub(crate) fn store(&self) -> &Store {
@@ -265,6 +326,24 @@ impl Broker {
             }
         }
         joblog::prepare_user_dir(&self.cfg.log_root, peer.uid, peer.gid)?;
+        // The count and the insert it allows are one step: two submits at
+        // once must not both pass at the limit.
+        let _one_at_a_time = self.submits.lock().unwrap_or_else(|p| p.into_inner());
+        let cap = self.cfg.limits.max_queued_per_user;
+        if !peer.is_root() {
+            let mine = self
+                .store
+                .queue()?
+                .iter()
+                .filter(|q| q.uid == peer.uid)
+                .count();
+            if mine >= cap {
+                return Err(ApiError::TooMany(format!(
+                    "you have {mine} jobs queued, the most one user may have \
+                     (broker.max_queued_per_user = {cap}); wait for some to start or cancel some (`gpuq list`)"
+                )));
+            }
+        }
         let new = NewJob {
             uid: peer.uid,
             gid: peer.gid,
@@ -290,7 +369,7 @@ impl Broker {
                 ended_at: now(),
             };
             let _guard = self.running_guard();
-            self.store.finish(job.id, JobState::Queued, &end)?;
+            self.finish_job(job.id, JobState::Queued, &end)?;
             return Err(e.into());
         }
         joblog::note(
@@ -438,7 +517,7 @@ impl Broker {
                     reason: Some(format!("cancelled by {by} before it started")),
                     ended_at: now(),
                 };
-                if !self.store.finish(id, JobState::Queued, &end)? {
+                if !self.finish_job(id, JobState::Queued, &end)? {
                     return Err(ApiError::Conflict(format!(
                         "job {id} is already {}; nothing to cancel",
                         self.store.get(id)?.map(|j| j.state).unwrap_or(job.state)
@@ -460,29 +539,37 @@ impl Broker {
     }
 
     /// Stream a job's log; with `follow`, until the job has ended.
+    ///
+    /// A follower asks SQLite nothing after the first look: the job's end
+    /// reaches it through [`Broker::finish_job`] (a watch channel), and new
+    /// output through a read of its own descriptor of the log every 200 ms.
+    /// That read is a syscall on an open file (about a microsecond at the
+    /// end of the file), not a query; inotify would save it, but costs an
+    /// instance or watch against the kernel's per-user limits
+    /// (`fs.inotify.max_user_instances` is 128 by default) for every
+    /// follower, and a path in a directory the user owns.
     pub fn log_stream(
         self: &Arc<Self>,
         peer: &Peer,
         id: JobId,
         follow: bool,
     ) -> Result<mpsc::Receiver<Bytes>, ApiError> {
+        // Subscribe before the look at the job's state: an end stored in
+        // between would otherwise be missed.
+        let mut watch = follow.then(|| EndWatch::new(self, id));
         let job = self.job_for(peer, id, "read the log of")?;
         let mut file = joblog::open_existing(&job.log_path, job.uid, false)?;
+        let mut ended = !follow || job.state.is_finished();
         let (tx, rx) = mpsc::channel::<Bytes>(8);
-        let me = Arc::clone(self);
         tokio::spawn(async move {
             let mut buf = vec![0u8; 64 * 1024];
             loop {
                 // Look at the state *before* draining: the broker writes its
                 // last line before it records the end, so after a drain that
-                // started at "finished" nothing more will come.
-                let finished = !follow
-                    || me
-                        .store
-                        .get(id)
-                        .ok()
-                        .flatten()
-                        .is_none_or(|j| j.state.is_finished());
+                // started at "ended" nothing more will come.
+                if let Some(w) = &watch {
+                    ended |= w.ended();
+                }
                 loop {
                     match file.read(&mut buf) {
                         Ok(0) => break,
@@ -495,11 +582,18 @@ impl Broker {
                         Err(_) => return,
                     }
                 }
-                if finished {
+                if ended {
                     return;
                 }
+                let changed = async {
+                    match watch.as_mut() {
+                        Some(w) => w.changed().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = changed => {}
                     _ = tx.closed() => return,
                 }
             }
@@ -1021,7 +1115,7 @@ impl Broker {
                 job.id, end.state
             ),
         );
-        if let Err(e) = self.store.finish(job.id, JobState::Running, end) {
+        if let Err(e) = self.finish_job(job.id, JobState::Running, end) {
             tracing::error!(job = %job.id, "cannot record the end: {e}");
         }
         tracing::info!(job = %job.id, state = %end.state, "ended");
@@ -1061,6 +1155,62 @@ impl Broker {
                 let _ = self.runner.kill(id).await;
                 lost(format!("lost track of the job: {e}"))
             }
+        }
+    }
+}
+
+/// A follower's subscription to one job's end; the broker's entry goes
+/// when the job ends or its last follower leaves.
+struct EndWatch {
+    broker: Arc<Broker>,
+    id: JobId,
+    rx: Option<watch::Receiver<bool>>,
+}
+
+impl EndWatch {
+    fn new(broker: &Arc<Broker>, id: JobId) -> Self {
+        let rx = broker
+            .ends_guard()
+            .entry(id)
+            .or_insert_with(|| watch::channel(false).0)
+            .subscribe();
+        EndWatch {
+            broker: Arc::clone(broker),
+            id,
+            rx: Some(rx),
+        }
+    }
+
+    /// Has the end been stored? (A sender gone without a value: the entry
+    /// was taken by the end, too.)
+    fn ended(&self) -> bool {
+        self.rx
+            .as_ref()
+            .is_none_or(|rx| *rx.borrow() || rx.has_changed().is_err())
+    }
+
+    async fn changed(&mut self) {
+        match self.rx.as_mut() {
+            Some(rx) => {
+                if rx.changed().await.is_err() {
+                    // The sender is gone: nothing will come on this one.
+                    std::future::pending::<()>().await
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for EndWatch {
+    fn drop(&mut self) {
+        drop(self.rx.take());
+        let mut ends = self.broker.ends_guard();
+        if ends
+            .get(&self.id)
+            .is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            ends.remove(&self.id);
         }
     }
 }

@@ -176,6 +176,46 @@ struct RawBroker {
     gpu: Option<GpuKind>,
     default_time: Option<String>,
     max_time: Option<String>,
+    max_connections: Option<usize>,
+    max_connections_per_user: Option<usize>,
+    request_timeout: Option<String>,
+    write_timeout: Option<String>,
+    max_request_bytes: Option<usize>,
+    max_queued_per_user: Option<usize>,
+}
+
+/// What one user may take of the broker (`[broker]` keys of the same names;
+/// config/cxl2.toml documents them, docs/design.md says why).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Open API connections of all users but root together.
+    pub max_connections: usize,
+    /// Open API connections of one UID (root's too; root does not count
+    /// against `max_connections`, so a flood never locks the operator out).
+    pub max_connections_per_user: usize,
+    /// The request head, and then its body, must each arrive within this;
+    /// an idle keep-alive connection is closed after it.
+    pub request_timeout_secs: u64,
+    /// An answer (not a `follow` or `daos-exec` stream) that the client
+    /// does not read for this long ends the connection.
+    pub write_timeout_secs: u64,
+    /// Largest request body.
+    pub max_request_bytes: usize,
+    /// Queued jobs of one user (root is not limited).
+    pub max_queued_per_user: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 512,
+            max_connections_per_user: 64,
+            request_timeout_secs: 10,
+            write_timeout_secs: 30,
+            max_request_bytes: 1024 * 1024,
+            max_queued_per_user: 1000,
+        }
+    }
 }
 
 /// The validated configuration.
@@ -192,6 +232,7 @@ pub struct BrokerConfig {
     pub gpu: GpuKind,
     pub default_time_secs: u64,
     pub max_time_secs: u64,
+    pub limits: Limits,
     pub daos: Option<DaosConfig>,
 }
 
@@ -257,6 +298,66 @@ impl BrokerConfig {
             gpu: b.gpu.unwrap_or(GpuKind::Nvml),
             default_time_secs: dur("broker.default_time", b.default_time, "4h")?,
             max_time_secs: dur("broker.max_time", b.max_time, "7d")?,
+            limits: {
+                let d = Limits::default();
+                let count = |key: &'static str, v: Option<usize>, default: usize, max: usize| {
+                    let v = v.unwrap_or(default);
+                    if v == 0 || v > max {
+                        Err(invalid(key, format!("expected 1 to {max}, got {v}")))
+                    } else {
+                        Ok(v)
+                    }
+                };
+                let secs = |key: &'static str, v: Option<String>, default: u64| match v {
+                    None => Ok(default),
+                    Some(v) => dur(key, Some(v), "").and_then(|s| {
+                        if s > 3600 {
+                            Err(invalid(
+                                key,
+                                format!("expected at most 1h, got {}", duration::format(s)),
+                            ))
+                        } else {
+                            Ok(s)
+                        }
+                    }),
+                };
+                Limits {
+                    max_connections: count(
+                        "broker.max_connections",
+                        b.max_connections,
+                        d.max_connections,
+                        1 << 20,
+                    )?,
+                    max_connections_per_user: count(
+                        "broker.max_connections_per_user",
+                        b.max_connections_per_user,
+                        d.max_connections_per_user,
+                        1 << 20,
+                    )?,
+                    request_timeout_secs: secs(
+                        "broker.request_timeout",
+                        b.request_timeout,
+                        d.request_timeout_secs,
+                    )?,
+                    write_timeout_secs: secs(
+                        "broker.write_timeout",
+                        b.write_timeout,
+                        d.write_timeout_secs,
+                    )?,
+                    max_request_bytes: count(
+                        "broker.max_request_bytes",
+                        b.max_request_bytes,
+                        d.max_request_bytes,
+                        64 << 20,
+                    )?,
+                    max_queued_per_user: count(
+                        "broker.max_queued_per_user",
+                        b.max_queued_per_user,
+                        d.max_queued_per_user,
+                        1 << 30,
+                    )?,
+                }
+            },
             daos: None,
         };
         let mut cfg = cfg;
@@ -522,6 +623,50 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("max_time"), "{e}");
+    }
+
+    #[test]
+    fn limits_have_defaults_and_bad_ones_name_the_key() {
+        let c = parse("[broker]\n").unwrap();
+        assert_eq!(c.limits, Limits::default());
+        assert_eq!(c.limits.max_request_bytes, 1024 * 1024);
+        let c = parse(
+            "[broker]\nmax_connections = 10\nmax_connections_per_user = 2\nrequest_timeout = \"2s\"\n\
+             write_timeout = \"1m\"\nmax_request_bytes = 4096\nmax_queued_per_user = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_connections: 10,
+                max_connections_per_user: 2,
+                request_timeout_secs: 2,
+                write_timeout_secs: 60,
+                max_request_bytes: 4096,
+                max_queued_per_user: 3,
+            }
+        );
+        for (text, key) in [
+            ("max_connections = 0", "broker.max_connections"),
+            (
+                "max_connections_per_user = 0",
+                "broker.max_connections_per_user",
+            ),
+            ("max_queued_per_user = 0", "broker.max_queued_per_user"),
+            ("max_request_bytes = 0", "broker.max_request_bytes"),
+            ("max_request_bytes = 1000000000", "broker.max_request_bytes"),
+            ("request_timeout = \"soon\"", "broker.request_timeout"),
+            ("write_timeout = \"2h\"", "broker.write_timeout"),
+        ] {
+            let e = parse(&format!("[broker]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let e = parse("[broker]\nmax_connection = 5\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_connection"), "{e}");
     }
 
     const DAOS: &str = r#"

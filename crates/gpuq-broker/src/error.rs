@@ -26,6 +26,15 @@ pub enum ApiError {
     TooLarge(usize),
     #[error("{0}")]
     NotEnabled(String),
+    /// Over one of the caller's own limits (connections, queued jobs).
+    #[error("{0}")]
+    TooMany(String),
+    /// Over the broker's overall connection cap.
+    #[error("{0}")]
+    Busy(String),
+    /// The request body did not arrive within `broker.request_timeout`.
+    #[error("the request body did not arrive within {0}s (broker.request_timeout)")]
+    Timeout(u64),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
@@ -47,6 +56,13 @@ impl ApiError {
             ApiError::Locked(_) => (StatusCode::LOCKED, ErrorCode::Locked),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
             ApiError::NotEnabled(_) => (StatusCode::NOT_IMPLEMENTED, ErrorCode::NotEnabled),
+            // gpuq-protocol has no code of its own for these yet: an older
+            // client must still decode the body (an unknown code would turn
+            // the one-line message into "broker answered 429"), so they use
+            // `conflict` and the status says which limit kind it is.
+            ApiError::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::Conflict),
+            ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Conflict),
+            ApiError::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, ErrorCode::BadRequest),
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
             ApiError::Log(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
             ApiError::Runner(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),

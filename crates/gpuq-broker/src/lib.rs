@@ -11,6 +11,7 @@ pub mod exec;
 pub mod exec_dirs;
 pub mod gpu;
 pub mod joblog;
+pub mod limits;
 pub mod policy;
 pub mod runner;
 pub mod server;

@@ -1,9 +1,13 @@
 //! HTTP/1.1 + JSON on a unix socket. Every request is attributed to the
 //! peer's UID/GID/groups as the kernel reports them for the connection; the
 //! request body never says who is asking.
+//!
+//! What one user may take of it (connections, deadlines, request size) is
+//! bounded by `[broker]`'s limits: see [`crate::limits`].
 
 use crate::broker::{Broker, Peer};
 use crate::error::ApiError;
+use crate::limits::{Refusing, Slot, Stalling, REFUSAL_TIMEOUT};
 use bytes::Bytes;
 use gpuq_protocol::{routes, JobId, LockRequest, SubmitRequest};
 use http_body_util::{BodyExt, Full, Limited};
@@ -12,12 +16,21 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::UnixListener;
+use tokio::net::{UnixListener, UnixStream};
 
-/// Largest request body accepted (a submit carries the user's environment).
-pub const MAX_BODY: usize = 1024 * 1024;
+/// One connection as the handlers see it.
+#[derive(Debug, Clone)]
+struct Conn {
+    peer: Peer,
+    /// The connection's place in the caps; also its UID's turns.
+    slot: Arc<Slot>,
+    /// Set by a handler whose answer is a stream (`follow`, `daos-exec`):
+    /// its writes may wait on the reader without a deadline.
+    streaming: Arc<AtomicBool>,
+}
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -42,10 +55,12 @@ fn error(e: &ApiError) -> Response<Body> {
 /// Accept connections until the process ends. Takes a bound listener (so
 /// tests and socket activation can hand one in).
 pub async fn serve(listener: UnixListener, broker: Arc<Broker>) {
+    let conns = Arc::clone(broker.connections());
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
+                // EMFILE among them: wait for descriptors to come back.
                 tracing::warn!("accept: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
@@ -63,41 +78,108 @@ pub async fn serve(listener: UnixListener, broker: Arc<Broker>) {
                 continue;
             }
         };
-        let broker = Arc::clone(&broker);
-        tokio::spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                let broker = Arc::clone(&broker);
-                let peer = peer.clone();
-                async move { Ok::<_, Infallible>(handle(&broker, &peer, req).await) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(10))
-                .serve_connection(TokioIo::new(stream), svc)
-                .with_upgrades();
-            if let Err(e) = conn.await {
-                tracing::debug!("connection: {e}");
+        match conns.admit(peer.uid) {
+            Ok(slot) => {
+                tokio::spawn(serve_connection(stream, Arc::clone(&broker), peer, slot));
             }
-        });
+            Err(e) => match conns.refusing() {
+                Some(place) => {
+                    tokio::spawn(refuse(stream, e, place));
+                }
+                None => {
+                    tracing::debug!(uid = peer.uid, "{e}; closed without an answer");
+                }
+            },
+        }
     }
 }
 
-async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
+async fn serve_connection(stream: UnixStream, broker: Arc<Broker>, peer: Peer, slot: Slot) {
+    let limits = &broker.config().limits;
+    let streaming = Arc::new(AtomicBool::new(false));
+    let io = Stalling::new(
+        stream,
+        Duration::from_secs(limits.write_timeout_secs),
+        Arc::clone(&streaming),
+    );
+    let slot = Arc::new(slot);
+    let conn = Conn {
+        peer,
+        streaming,
+        slot: Arc::clone(&slot),
+    };
+    let request_timeout = Duration::from_secs(limits.request_timeout_secs);
+    let b = Arc::clone(&broker);
+    let svc = hyper::service::service_fn(move |req| {
+        let broker = Arc::clone(&b);
+        let conn = conn.clone();
+        async move { Ok::<_, Infallible>(handle(&broker, &conn, req).await) }
+    });
+    // hyper's header timer starts whenever a request head is awaited,
+    // so it also closes an idle keep-alive connection.
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(request_timeout)
+        .serve_connection(TokioIo::new(io), svc)
+        .with_upgrades();
+    if let Err(e) = served.await {
+        tracing::debug!("connection: {e}");
+    }
+    // The slot is held until the connection (or its upgrade) is gone.
+    drop(slot);
+}
+
+/// Answer an over-cap connection with its one-line error and close it.
+async fn refuse(stream: UnixStream, e: ApiError, place: Refusing) {
+    tracing::debug!("refused a connection: {e}");
+    let answer = Arc::new(e);
+    let svc = hyper::service::service_fn(move |_req| {
+        let answer = Arc::clone(&answer);
+        async move {
+            let mut resp = error(&answer);
+            resp.headers_mut().insert(
+                hyper::header::CONNECTION,
+                hyper::header::HeaderValue::from_static("close"),
+            );
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(REFUSAL_TIMEOUT)
+        .keep_alive(false)
+        .serve_connection(TokioIo::new(stream), svc);
+    let _ = tokio::time::timeout(REFUSAL_TIMEOUT, served).await;
+    drop(place);
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(
+    broker: &Broker,
+    req: Request<Incoming>,
+) -> Result<T, ApiError> {
+    let limits = &broker.config().limits;
+    let max = limits.max_request_bytes;
     if let Some(len) = req
         .headers()
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
     {
-        if len > MAX_BODY {
-            return Err(ApiError::TooLarge(MAX_BODY));
+        if len > max {
+            return Err(ApiError::TooLarge(max));
         }
     }
-    let bytes = Limited::new(req.into_body(), MAX_BODY)
-        .collect()
-        .await
-        .map_err(|_| ApiError::TooLarge(MAX_BODY))?
-        .to_bytes();
+    // The head arrived within hyper's deadline; the body gets one of its own
+    // (a client that sends a byte a second must not hold the connection).
+    let secs = limits.request_timeout_secs;
+    let bytes = tokio::time::timeout(
+        Duration::from_secs(secs),
+        Limited::new(req.into_body(), max).collect(),
+    )
+    .await
+    .map_err(|_| ApiError::Timeout(secs))?
+    .map_err(|_| ApiError::TooLarge(max))?
+    .to_bytes();
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
 }
@@ -110,21 +192,34 @@ fn query_flag(req: &Request<Incoming>, name: &str) -> bool {
         .any(|kv| kv == name || kv == format!("{name}=1") || kv == format!("{name}=true"))
 }
 
-async fn handle(broker: &Arc<Broker>, peer: &Peer, req: Request<Incoming>) -> Response<Body> {
-    match route(broker, peer, req).await {
+async fn handle(broker: &Arc<Broker>, conn: &Conn, req: Request<Incoming>) -> Response<Body> {
+    let peer = &conn.peer;
+    // Held until the answer (or a stream's head) is ready.
+    let _turn = conn.slot.turn().await;
+    match route(broker, conn, req).await {
         Ok(resp) => resp,
         Err(e) => {
             tracing::debug!(uid = peer.uid, "refused: {e}");
-            error(&e)
+            let mut resp = error(&e);
+            if matches!(e, ApiError::Timeout(_) | ApiError::TooLarge(_)) {
+                // The rest of that body is not wanted: end the connection
+                // instead of waiting for it.
+                resp.headers_mut().insert(
+                    hyper::header::CONNECTION,
+                    hyper::header::HeaderValue::from_static("close"),
+                );
+            }
+            resp
         }
     }
 }
 
 async fn route(
     broker: &Arc<Broker>,
-    peer: &Peer,
+    conn: &Conn,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
+    let peer = &conn.peer;
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let segments: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
@@ -140,7 +235,7 @@ async fn route(
                 .unwrap_or_else(|_| Response::new(full(""))))
         }
         (Method::POST, ["v1", "jobs"]) => {
-            let body: SubmitRequest = read_json(req).await?;
+            let body: SubmitRequest = read_json(broker, req).await?;
             Ok(json(StatusCode::CREATED, &broker.submit(peer, body)?))
         }
         (Method::GET, ["v1", "jobs", id]) => {
@@ -153,6 +248,7 @@ async fn route(
         (Method::GET, ["v1", "jobs", id, "log"]) => {
             let follow = query_flag(&req, "follow");
             let rx = broker.log_stream(peer, job_id(id)?, follow)?;
+            conn.streaming.store(true, Ordering::Relaxed);
             let body = BodyExt::boxed(ChunkBody(rx));
             Ok(Response::builder()
                 .status(StatusCode::OK)
@@ -169,11 +265,12 @@ async fn route(
                     "only root may lock the queue: run `sudo gpuq lock --reason ...`".into(),
                 ));
             }
-            let body: LockRequest = read_json(req).await?;
+            let body: LockRequest = read_json(broker, req).await?;
             Ok(json(StatusCode::OK, &broker.lock(peer, &body.reason)?))
         }
         (Method::DELETE, ["v1", "lock"]) => Ok(json(StatusCode::OK, &broker.unlock(peer)?)),
-        (Method::POST, ["v1", "exec"]) => exec(broker, peer, req).await,
+        (Method::POST, ["v1", "exec"]) => exec(broker, conn, req).await,
+        (Method::GET, ["v1", "stats"]) => Ok(json(StatusCode::OK, &broker.stats(peer)?)),
         (Method::POST, ["v1", "recover"]) => {
             let msg = broker.recover_lease(peer).await?;
             Ok(json(StatusCode::OK, &serde_json::json!({ "message": msg })))
@@ -208,9 +305,10 @@ impl hyper::body::Body for ChunkBody {
 /// session runs on the upgraded connection.
 async fn exec(
     broker: &Arc<Broker>,
-    peer: &Peer,
+    conn: &Conn,
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
+    let peer = &conn.peer;
     let wants = req
         .headers()
         .get(hyper::header::UPGRADE)
@@ -224,7 +322,7 @@ async fn exec(
         )));
     }
     let on_upgrade = hyper::upgrade::on(&mut req);
-    let body: gpuq_protocol::exec::ExecRequest = read_json(req).await?;
+    let body: gpuq_protocol::exec::ExecRequest = read_json(broker, req).await?;
     // Started in a task of its own: if the caller goes away meanwhile,
     // hyper drops this request's future, and a container half made here
     // would be left behind; the task finishes and removes it instead.
@@ -245,6 +343,8 @@ async fn exec(
     let session = rx
         .await
         .map_err(|_| ApiError::Conflict("daos-exec: the session could not be set up".into()))??;
+    // The session's pump waits on its reader as long as the reader waits.
+    conn.streaming.store(true, Ordering::Relaxed);
     tokio::spawn(async move {
         match on_upgrade.await {
             Ok(up) => crate::exec::pump(session, TokioIo::new(up)).await,

@@ -113,6 +113,10 @@ pub struct Ending {
 pub struct Store {
     path: PathBuf,
     conn: Mutex<Connection>,
+    /// Calls into SQLite since the store was opened (reads and writes):
+    /// `GET /v1/stats` shows it, so a test can prove that something (e.g.
+    /// 200 `gpuq follow`s) costs no queries.
+    queries: std::sync::atomic::AtomicU64,
 }
 
 const SCHEMA: &str = "
@@ -163,7 +167,13 @@ impl Store {
         Ok(Store {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
+            queries: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// How many calls into SQLite this store has made.
+    pub fn queries(&self) -> u64 {
+        self.queries.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn with<T>(
@@ -173,6 +183,8 @@ impl Store {
         // A poisoned lock means a panic mid-call; SQLite rolled the statement
         // back, so the connection itself is still consistent.
         let mut conn = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        self.queries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         f(&mut conn).map_err(|source| StoreError::Sqlite {
             path: self.path.clone(),
             source,
