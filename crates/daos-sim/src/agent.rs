@@ -81,6 +81,13 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         .map_err(|e| SimError::io(format!("create socket dir {}", dir.display()), e))?;
     let sock = dir.join(SOCKET_NAME);
     let _ = std::fs::remove_file(&sock);
+    // Before the socket exists: whoever sees it may stop us at once (the
+    // server's run() says why).
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| SimError::io("install signal handler", e))?;
+    }
     let listener = UnixListener::bind(&sock)
         .map_err(|e| SimError::io(format!("listen on {}", sock.display()), e))?;
     // Like DAOS's dRPC server (os.Chmod(sockFile, 0777)): every local user's
@@ -103,11 +110,6 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         info.system,
         info.access_points
     ));
-    let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&term))
-            .map_err(|e| SimError::io("install signal handler", e))?;
-    }
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
