@@ -88,15 +88,23 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         signal_hook::flag::register(sig, Arc::clone(&term))
             .map_err(|e| SimError::io("install signal handler", e))?;
     }
-    let listener = UnixListener::bind(&sock)
-        .map_err(|e| SimError::io(format!("listen on {}", sock.display()), e))?;
+    // The socket is made under a temporary name and renamed into place once
+    // it listens: bind() creates the file before listen(), and a client that
+    // took the file for "agent ready" got ECONNREFUSED in between (a sim
+    // test, about 1 run in 40 under load, issue 13).
+    let tmp = dir.join(format!(".{SOCKET_NAME}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)
+        .map_err(|e| SimError::io(format!("listen on {}", tmp.display()), e))?;
     // Like DAOS's dRPC server (os.Chmod(sockFile, 0777)): every local user's
     // client library talks to the agent; the agent checks who they are.
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| SimError::io(format!("chmod {}", sock.display()), e))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| SimError::io(format!("chmod {}", tmp.display()), e))?;
     }
+    std::fs::rename(&tmp, &sock)
+        .map_err(|e| SimError::io(format!("rename {} to {}", tmp.display(), sock.display()), e))?;
     let info = AttachInfo {
         system: cfg.name.clone(),
         access_points: cfg.access_points.clone(),

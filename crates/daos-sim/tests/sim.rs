@@ -635,3 +635,71 @@ fn sigterm_as_soon_as_the_port_answers_stops_the_server_cleanly() {
         );
     }
 }
+
+/// Issue 13: a server whose stderr could not be written (its log's disk full
+/// for a moment) died with exit 101 in the middle of a log line: the log
+/// used `eprintln!`, which panics on a failed write. With stderr on
+/// /dev/full (every write ENOSPC) it formats, joins and stops cleanly; its
+/// `control_log_file` still gets the lines.
+#[test]
+fn a_server_whose_stderr_cannot_be_written_keeps_working() {
+    let mut c = Cluster::new(1);
+    let s = &c.servers[0];
+    let full = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full")
+    };
+    let child = std::process::Command::new(c.bin.join("daos_server"))
+        .args(["start", "-o"])
+        .arg(&s.cfg)
+        .stdin(std::process::Stdio::null())
+        .stdout(full())
+        .stderr(full())
+        .env_remove("DAOS_SIM_FAULTS")
+        .env_remove("DAOS_SIM_FAULTS_FILE")
+        .spawn()
+        .expect("spawn daos_server");
+    c.servers[0].child = Some(child);
+    c.wait_listening();
+    let (v, code) = c.dmg(&["storage", "format"]);
+    format_ok(&v, code);
+    c.wait_all_joined(1);
+    c.signal(0, "TERM");
+    assert_eq!(c.wait_exit(0, Duration::from_secs(10)), Some(0));
+    let clog = fs::read_to_string(c.servers[0].dir.join("control.log")).unwrap();
+    assert!(clog.contains("daos_server stopped"), "{clog}");
+}
+
+/// Issue 13: the agent's socket file appeared at bind(), before listen(), so
+/// a client that took the file for "agent ready" (this file's container test,
+/// 1 run in 40 under load) got ECONNREFUSED. The file now appears only once
+/// the agent listens: a connect the moment it exists must succeed.
+#[test]
+fn the_agent_socket_appears_only_once_it_accepts() {
+    let mut c = Cluster::new(1);
+    let agent_yml = c.tmp.path().join("daos_agent.yml");
+    fs::write(
+        &agent_yml,
+        "name: daos_server\naccess_points: ['127.0.0.1:1']\nport: 10001\ntransport_config: {allow_insecure: true}\nfabric_ifaces: []\n",
+    )
+    .unwrap();
+    for round in 0..100 {
+        let dir = c.tmp.path().join(format!("agent{round}"));
+        let sock = dir.join("daos_agent.sock");
+        let env = [("DAOS_AGENT_DRPC_DIR", dir.as_path())];
+        c.spawn_other("daos_agent", &["-o", agent_yml.to_str().unwrap()], &env);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "round {round}: no socket");
+            std::hint::spin_loop();
+        }
+        if let Err(e) = std::os::unix::net::UnixStream::connect(&sock) {
+            panic!("round {round}: {} exists but refuses: {e}", sock.display());
+        }
+        let mut a = c.others.pop().expect("agent");
+        let _ = a.kill();
+        let _ = a.wait();
+    }
+}
