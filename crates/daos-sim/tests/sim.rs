@@ -678,7 +678,7 @@ fn a_server_whose_stderr_cannot_be_written_keeps_working() {
 /// the agent listens: a connect the moment it exists must succeed.
 #[test]
 fn the_agent_socket_appears_only_once_it_accepts() {
-    let mut c = Cluster::new(1);
+    let mut c = Cluster::new(0);
     let agent_yml = c.tmp.path().join("daos_agent.yml");
     fs::write(
         &agent_yml,
@@ -688,13 +688,33 @@ fn the_agent_socket_appears_only_once_it_accepts() {
     for round in 0..100 {
         let dir = c.tmp.path().join(format!("agent{round}"));
         let sock = dir.join("daos_agent.sock");
-        let env = [("DAOS_AGENT_DRPC_DIR", dir.as_path())];
-        c.spawn_other("daos_agent", &["-o", agent_yml.to_str().unwrap()], &env);
+        let err = c.tmp.path().join(format!("agent{round}.err"));
+        let mut agent = std::process::Command::new(c.bin.join("daos_agent"))
+            .args(["-o", agent_yml.to_str().unwrap()])
+            .env("DAOS_AGENT_DRPC_DIR", &dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(fs::File::create(&err).unwrap())
+            .spawn()
+            .expect("spawn daos_agent");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !sock.exists() {
-            assert!(Instant::now() < deadline, "round {round}: no socket");
-            std::hint::spin_loop();
+            if let Some(st) = agent.try_wait().expect("try_wait") {
+                panic!(
+                    "round {round}: the agent exited ({st}): {}",
+                    fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = agent.kill();
+                panic!(
+                    "round {round}: no socket within 10 s: {}",
+                    fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            std::thread::yield_now();
         }
+        c.others.push(agent);
         if let Err(e) = std::os::unix::net::UnixStream::connect(&sock) {
             panic!("round {round}: {} exists but refuses: {e}", sock.display());
         }
