@@ -81,15 +81,30 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         .map_err(|e| SimError::io(format!("create socket dir {}", dir.display()), e))?;
     let sock = dir.join(SOCKET_NAME);
     let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock)
-        .map_err(|e| SimError::io(format!("listen on {}", sock.display()), e))?;
+    // Before the socket exists: whoever sees it may stop us at once (the
+    // server's run() says why).
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| SimError::io("install signal handler", e))?;
+    }
+    // The socket is made under a temporary name and renamed into place once
+    // it listens: bind() creates the file before listen(), and a client that
+    // took the file for "agent ready" got ECONNREFUSED in between (a sim
+    // test, about 1 run in 40 under load, issue 13).
+    let tmp = dir.join(format!(".{SOCKET_NAME}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp)
+        .map_err(|e| SimError::io(format!("listen on {}", tmp.display()), e))?;
     // Like DAOS's dRPC server (os.Chmod(sockFile, 0777)): every local user's
     // client library talks to the agent; the agent checks who they are.
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777))
-            .map_err(|e| SimError::io(format!("chmod {}", sock.display()), e))?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777))
+            .map_err(|e| SimError::io(format!("chmod {}", tmp.display()), e))?;
     }
+    std::fs::rename(&tmp, &sock)
+        .map_err(|e| SimError::io(format!("rename {} to {}", tmp.display(), sock.display()), e))?;
     let info = AttachInfo {
         system: cfg.name.clone(),
         access_points: cfg.access_points.clone(),
@@ -103,11 +118,6 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         info.system,
         info.access_points
     ));
-    let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&term))
-            .map_err(|e| SimError::io("install signal handler", e))?;
-    }
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };

@@ -77,7 +77,10 @@ impl FaultSource {
         }
         let (env, unknown) = Faults::parse(&env_text);
         if !unknown.is_empty() {
-            eprintln!("daos-sim: ignoring unknown fault switches in DAOS_SIM_FAULTS: {unknown:?}");
+            crate::model::log_line(
+                "daos-sim",
+                &format!("ignoring unknown fault switches in DAOS_SIM_FAULTS: {unknown:?}"),
+            );
         }
         let file = std::env::var_os("DAOS_SIM_FAULTS_FILE")
             .map(PathBuf::from)

@@ -316,14 +316,23 @@ pub fn set_log_file(path: &str) {
         Ok(f) => {
             let _ = LOG_FILE.set(Mutex::new(f));
         }
-        Err(e) => eprintln!("daos-sim: cannot open log file {path}: {e}"),
+        Err(e) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "daos-sim: cannot open log file {path}: {e}"
+            );
+        }
     }
 }
 
 /// One log line: `<RFC 3339> <who>: <msg>` on stderr and in the log file.
+/// A line that cannot be written is lost, never fatal: `eprintln!` panics
+/// when the write fails, and a server whose log file's disk filled for a
+/// moment died with exit 101 in the middle of a line (issue 13; this
+/// machine's disk fills now and then while others build).
 pub fn log_line(who: &str, msg: &str) {
     let line = format!("{} {who}: {msg}", now_rfc3339());
-    eprintln!("{line}");
+    let _ = writeln!(std::io::stderr(), "{line}");
     if let Some(f) = LOG_FILE.get() {
         let mut f = f.lock().unwrap_or_else(|p| p.into_inner());
         let _ = writeln!(f, "{line}");

@@ -708,7 +708,16 @@ impl Server {
             ));
         }
         match w.req {
-            Request::Format => to_value(&self.format()?),
+            Request::Format => {
+                // A failed format is logged here as well as answered: the
+                // reply may never be read (a dmg that timed out) and a
+                // server log without it says nothing (issue 13).
+                let r = self.format();
+                if let Err(e) = &r {
+                    log(format!("instance 0: storage format failed: {e}"));
+                }
+                to_value(&r?)
+            }
             Request::EngineStop { force } => Ok(serde_json::Value::String(self.engine_stop(force))),
             req if self.is_ms => self.ms_handle(req),
             req => {
@@ -792,6 +801,17 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
     if let Some(f) = &cfg.control_log_file {
         crate::model::set_log_file(f);
     }
+    // The handlers go in before the control port is bound: whoever sees the
+    // port answer (the node helper, a test) may send SIGTERM at once, and
+    // one that arrived before registration killed the process by the
+    // default action (exit by signal, no "daos_server stopped", the MS never
+    // told) — a test that stopped a server just after `wait_listening` saw
+    // that about 1 run in 10 under load (issue 13).
+    let term = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, Arc::clone(&term))
+            .map_err(|e| SimError::io("install signal handler", e))?;
+    }
     let listener = TcpListener::bind(("0.0.0.0", cfg.port))
         .map_err(|e| SimError::io(format!("listen on control port {}", cfg.port), e))?;
 
@@ -862,12 +882,6 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
             // DAOS's own words (server/instance_storage.go), which gpuq-node waits for.
             log("SCM format required on instance 0; awaiting storage format (dmg storage format)")
         }
-    }
-
-    let term = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, Arc::clone(&term))
-            .map_err(|e| SimError::io("install signal handler", e))?;
     }
 
     let acceptor = Arc::clone(&server);

@@ -18,6 +18,27 @@ fn envelope_ok(v: &Value, code: i32) {
     assert!(v["error"].is_null(), "{v}");
 }
 
+/// A `storage format` reply that formatted every host. The envelope's
+/// status is 0 also when hosts failed (daos.md): their errors are only in
+/// `host_errors`, so a check of the status alone let a failed format pass
+/// and the test failed 20 s later at the join wait with nothing said about
+/// why two servers never formatted (issue 13). Fail here, naming them.
+fn format_ok(v: &Value, code: i32) {
+    envelope_ok(v, code);
+    let errs = v["response"]["host_errors"]
+        .as_object()
+        .expect("host_errors");
+    let named: Vec<String> = errs
+        .values()
+        .map(|e| format!("{}: {}", e["hosts"], e["error"]))
+        .collect();
+    assert!(
+        named.is_empty(),
+        "storage format failed on {}",
+        named.join("; ")
+    );
+}
+
 #[test]
 fn system_query_before_format_is_uninitialized_in_dmg_envelope() {
     let c = Cluster::start(4);
@@ -76,7 +97,7 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
     // storage format: HostStorage groups hosts with identical results; here
     // each host has its own bdev file, so four groups of one host.
     let (v, code) = c.dmg(&["storage", "format"]);
-    envelope_ok(&v, code);
+    format_ok(&v, code);
     assert_same_shape(&fixture("storage_format.json"), &v, "$");
     let groups = v["response"]["HostStorage"].as_object().unwrap();
     assert_eq!(groups.len(), 4, "{v}");
@@ -311,7 +332,7 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
 fn restart_with_old_metadata_rejoins_under_old_rank_and_refuses_format() {
     let mut c = Cluster::start(4);
     let (v, code) = c.dmg(&["storage", "format"]);
-    envelope_ok(&v, code);
+    format_ok(&v, code);
     let before = c.wait_all_joined(4);
     let (v, _) = c.dmg(&["pool", "create", "old-job-pool", "--size=4G"]);
     assert_eq!(v["status"], 0, "{v}");
@@ -468,6 +489,8 @@ fn fault_never_join_and_format_error() {
     assert_eq!(errs.len(), 1);
     assert_eq!(errs[0]["hosts"], format!("127.0.0.1:{}", c.servers[1].port));
     assert!(errs[0]["error"].as_str().unwrap().contains("format_error"));
+    // The failing server says so in its own log too.
+    assert!(c.log(1).contains("storage format failed"), "{}", c.log(1));
 
     // Two joined (0 and 2); 1 failed format; 3 never joins.
     c.wait_members(Duration::from_secs(15), |m| m.len() == 2);
@@ -509,7 +532,7 @@ fn fault_ignore_sigterm_and_slow_stop() {
     }
     c.wait_listening();
     let (v, code) = c.dmg(&["storage", "format"]);
-    envelope_ok(&v, code);
+    format_ok(&v, code);
     let members = c.wait_all_joined(4);
     let slow_rank = members
         .iter()
@@ -573,4 +596,130 @@ fn multi_call_dispatch_and_help() {
         v["response"].is_null() && v["error"].is_string() && v["status"] == -1025,
         "{v}"
     );
+}
+
+/// Issue 13: `fault_ignore_sigterm_and_slow_stop` failed about 1 run in 10
+/// under load with "left: Some(-1), right: Some(0)": the server bound its
+/// control port before it installed its SIGTERM handler, so a SIGTERM sent
+/// as soon as the port answered could kill it by the default action. Here
+/// SIGTERM goes out the moment the port accepts a connection, many times.
+#[test]
+fn sigterm_as_soon_as_the_port_answers_stops_the_server_cleanly() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let mut c = Cluster::new(1);
+    let port = c.servers[0].port;
+    for round in 0..30 {
+        c.start_server(0);
+        let pid = Pid::from_raw(c.pid(0) as i32);
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: port {port} never answered"
+            );
+            let child = c.servers[0].child.as_mut().expect("started");
+            if let Some(st) = child.try_wait().expect("try_wait") {
+                panic!(
+                    "round {round}: server exited ({st}) before listening:\n{}",
+                    c.log(0)
+                );
+            }
+        }
+        kill(pid, Signal::SIGTERM).expect("SIGTERM");
+        assert_eq!(
+            c.wait_exit(0, Duration::from_secs(10)),
+            Some(0),
+            "round {round}: SIGTERM right after the port answered did not stop it cleanly:\n{}",
+            c.log(0)
+        );
+    }
+}
+
+/// Issue 13: a server whose stderr could not be written (its log's disk full
+/// for a moment) died with exit 101 in the middle of a log line: the log
+/// used `eprintln!`, which panics on a failed write. With stderr on
+/// /dev/full (every write ENOSPC) it formats, joins and stops cleanly; its
+/// `control_log_file` still gets the lines.
+#[test]
+fn a_server_whose_stderr_cannot_be_written_keeps_working() {
+    let mut c = Cluster::new(1);
+    let s = &c.servers[0];
+    let full = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full")
+    };
+    let child = std::process::Command::new(c.bin.join("daos_server"))
+        .args(["start", "-o"])
+        .arg(&s.cfg)
+        .stdin(std::process::Stdio::null())
+        .stdout(full())
+        .stderr(full())
+        .env_remove("DAOS_SIM_FAULTS")
+        .env_remove("DAOS_SIM_FAULTS_FILE")
+        .spawn()
+        .expect("spawn daos_server");
+    c.servers[0].child = Some(child);
+    c.wait_listening();
+    let (v, code) = c.dmg(&["storage", "format"]);
+    format_ok(&v, code);
+    c.wait_all_joined(1);
+    c.signal(0, "TERM");
+    assert_eq!(c.wait_exit(0, Duration::from_secs(10)), Some(0));
+    let clog = fs::read_to_string(c.servers[0].dir.join("control.log")).unwrap();
+    assert!(clog.contains("daos_server stopped"), "{clog}");
+}
+
+/// Issue 13: the agent's socket file appeared at bind(), before listen(), so
+/// a client that took the file for "agent ready" (this file's container test,
+/// 1 run in 40 under load) got ECONNREFUSED. The file now appears only once
+/// the agent listens: a connect the moment it exists must succeed.
+#[test]
+fn the_agent_socket_appears_only_once_it_accepts() {
+    let mut c = Cluster::new(0);
+    let agent_yml = c.tmp.path().join("daos_agent.yml");
+    fs::write(
+        &agent_yml,
+        "name: daos_server\naccess_points: ['127.0.0.1:1']\nport: 10001\ntransport_config: {allow_insecure: true}\nfabric_ifaces: []\n",
+    )
+    .unwrap();
+    for round in 0..100 {
+        let dir = c.tmp.path().join(format!("agent{round}"));
+        let sock = dir.join("daos_agent.sock");
+        let err = c.tmp.path().join(format!("agent{round}.err"));
+        let mut agent = std::process::Command::new(c.bin.join("daos_agent"))
+            .args(["-o", agent_yml.to_str().unwrap()])
+            .env("DAOS_AGENT_DRPC_DIR", &dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(fs::File::create(&err).unwrap())
+            .spawn()
+            .expect("spawn daos_agent");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            if let Some(st) = agent.try_wait().expect("try_wait") {
+                panic!(
+                    "round {round}: the agent exited ({st}): {}",
+                    fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            if Instant::now() >= deadline {
+                let _ = agent.kill();
+                panic!(
+                    "round {round}: no socket within 10 s: {}",
+                    fs::read_to_string(&err).unwrap_or_default()
+                );
+            }
+            std::thread::yield_now();
+        }
+        c.others.push(agent);
+        if let Err(e) = std::os::unix::net::UnixStream::connect(&sock) {
+            panic!("round {round}: {} exists but refuses: {e}", sock.display());
+        }
+        let mut a = c.others.pop().expect("agent");
+        let _ = a.kill();
+        let _ = a.wait();
+    }
 }

@@ -326,51 +326,7 @@ impl Host {
             self.await_format(&pm, lease, deadline).await?;
         }
         let f = self.dmg(&pm, lease, &["storage", "format"]).await?;
-        if let Some(e) = f["error"].as_str() {
-            return Err(format!("dmg storage format: {e}"));
-        }
-        let resp = &f["response"];
-        if let Some(errs) = resp["host_errors"].as_object() {
-            if !errs.is_empty() {
-                let list: Vec<String> = errs
-                    .values()
-                    .map(|v| {
-                        format!(
-                            "{}: {}",
-                            v["hosts"].as_str().unwrap_or("?"),
-                            v["error"].as_str().unwrap_or("?")
-                        )
-                    })
-                    .collect();
-                return Err(format!(
-                    "dmg storage format host errors: {}",
-                    list.join("; ")
-                ));
-            }
-        }
-        let mut hosts = Vec::new();
-        for (_, g) in resp["HostStorage"].as_object().into_iter().flatten() {
-            let st = &g["storage"];
-            let infos = st["scm_mount_points"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .chain(st["nvme_devices"].as_array().into_iter().flatten());
-            for i in infos {
-                if i["info"].as_str() != Some("CTL_SUCCESS") {
-                    return Err(format!(
-                        "dmg storage format: {} reports {}",
-                        g["hosts"].as_str().unwrap_or("?"),
-                        i["info"]
-                    ));
-                }
-            }
-            hosts.push(g["hosts"].as_str().unwrap_or("?").to_string());
-        }
-        if hosts.is_empty() {
-            return Err("dmg storage format reported no host".into());
-        }
-        Ok(format!("formatted {}", hosts.join(", ")))
+        format_reply(&f)
     }
 
     /// Poll `dmg system query` until exactly `ranks` members are joined.
@@ -707,6 +663,94 @@ fn joined_shape(members: &[Value], ranks: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Reads a `dmg storage format -j` envelope (daos.md, from DAOS's
+/// src/control/lib/control/storage.go): success only if the envelope has no
+/// error and status 0, `host_errors` is empty and every SCM and NVMe `info`
+/// is `CTL_SUCCESS`. dmg answers status 0 when only some hosts failed: their
+/// errors are only in `host_errors` (a check of the status alone takes a
+/// half-formatted system for a formatted one and fails later, at the join,
+/// without the reason). A failure is one line naming every failed host set
+/// and its error.
+fn format_reply(f: &Value) -> Result<String, String> {
+    if let Some(e) = f["error"].as_str() {
+        return Err(format!("dmg storage format: {}", one_line(e)));
+    }
+    if f["status"].as_i64() != Some(0) {
+        return Err(format!(
+            "dmg storage format: status {} without an error message",
+            f["status"]
+        ));
+    }
+    let resp = &f["response"];
+    let mut failed: Vec<String> = match &resp["host_errors"] {
+        Value::Null => Vec::new(),
+        Value::Object(errs) => errs
+            .values()
+            .map(|v| {
+                format!(
+                    "{} ({})",
+                    one_line(v["hosts"].as_str().unwrap_or("?")),
+                    one_line(v["error"].as_str().unwrap_or("no error message"))
+                )
+            })
+            .collect(),
+        other => {
+            return Err(format!(
+                "dmg storage format: host_errors is not a map: {}",
+                one_line(&other.to_string())
+            ))
+        }
+    };
+    let mut hosts = Vec::new();
+    for g in resp["HostStorage"]
+        .as_object()
+        .into_iter()
+        .flat_map(|m| m.values())
+    {
+        let name = one_line(g["hosts"].as_str().unwrap_or("?"));
+        let st = &g["storage"];
+        let bad: Vec<String> = st["scm_mount_points"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .chain(st["nvme_devices"].as_array().into_iter().flatten())
+            .filter(|i| i["info"].as_str() != Some("CTL_SUCCESS"))
+            .map(|i| one_line(&i["info"].to_string()))
+            .collect();
+        if bad.is_empty() {
+            hosts.push(name);
+        } else {
+            failed.push(format!("{name} ({})", bad.join(", ")));
+        }
+    }
+    if !failed.is_empty() {
+        failed.sort();
+        return Err(format!(
+            "dmg storage format failed on {}",
+            failed.join("; ")
+        ));
+    }
+    if hosts.is_empty() {
+        return Err("dmg storage format reported no host".into());
+    }
+    hosts.sort();
+    Ok(format!("formatted {}", hosts.join(", ")))
+}
+
+/// Text from dmg on one line: control characters (a newline in an error
+/// message) shown escaped.
+fn one_line(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.trim().chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn short(id: &str) -> String {
     id.chars().take(12).collect()
 }
@@ -718,8 +762,77 @@ fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::joined_shape;
+    use super::{format_reply, joined_shape};
     use serde_json::{json, Value};
+
+    /// daos.md's `dmg storage format -j` success, field for field.
+    fn formatted() -> Value {
+        json!({"response":{"host_errors":{},
+          "HostStorage":{"8417135911734931024":{"hosts":"da[1-4]:10001","storage":{
+            "scm_mount_points":[{"info":"CTL_SUCCESS","path":"/mnt/daos"}],
+            "nvme_devices":[{"info":"CTL_SUCCESS","pci_addr":"0000:5e:00.0"}]}}}},
+         "error":null,"status":0})
+    }
+
+    #[test]
+    fn a_format_of_every_host_passes() {
+        assert_eq!(
+            format_reply(&formatted()),
+            Ok("formatted da[1-4]:10001".into())
+        );
+    }
+
+    /// Issue 13: status 0, no error, but two hosts failed — the format
+    /// fails, naming each host set with its own error, on one line.
+    #[test]
+    fn host_errors_fail_the_format_naming_the_hosts_even_with_status_0() {
+        let v = json!({"response":{"host_errors":{
+            "111":{"hosts":"da2:10001","error":"storage format invoked on a running system"},
+            "222":{"hosts":"da[3-4]:10001","error":"write bdev header: No space left on device\n(os error 28)"}},
+          "HostStorage":{"333":{"hosts":"da1:10001","storage":{
+            "scm_mount_points":[{"info":"CTL_SUCCESS","path":"/mnt/daos"}],
+            "nvme_devices":[{"info":"CTL_SUCCESS","pci_addr":"0000:5e:00.0"}]}}}},
+         "error":null,"status":0});
+        let e = format_reply(&v).unwrap_err();
+        assert_eq!(
+            e,
+            "dmg storage format failed on da2:10001 (storage format invoked on a running system); \
+             da[3-4]:10001 (write bdev header: No space left on device\\n(os error 28))"
+        );
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn a_device_not_ctl_success_fails_the_format_naming_its_hosts() {
+        let mut v = formatted();
+        v["response"]["HostStorage"]["8417135911734931024"]["storage"]["nvme_devices"][0]["info"] =
+            json!("SPDK format failed");
+        let e = format_reply(&v).unwrap_err();
+        assert_eq!(
+            e,
+            "dmg storage format failed on da[1-4]:10001 (\"SPDK format failed\")"
+        );
+    }
+
+    #[test]
+    fn an_error_envelope_a_bad_status_or_no_host_fails_the_format() {
+        let v = json!({"response":null,"error":"system name mismatch","status":-1025});
+        assert_eq!(
+            format_reply(&v).unwrap_err(),
+            "dmg storage format: system name mismatch"
+        );
+        let mut v = formatted();
+        v["status"] = json!(-1025);
+        assert!(format_reply(&v).unwrap_err().contains("status -1025"));
+        let v = json!({"response":{"host_errors":{},"HostStorage":{}},"error":null,"status":0});
+        assert_eq!(
+            format_reply(&v).unwrap_err(),
+            "dmg storage format reported no host"
+        );
+        let mut v = formatted();
+        v["response"]["host_errors"] = json!(["da2"]);
+        assert!(format_reply(&v).unwrap_err().contains("not a map"));
+    }
 
     fn member(rank: u64, addr: &str, domain: &str) -> Value {
         json!({"rank": rank, "addr": addr, "fault_domain": domain, "state": "joined"})
