@@ -76,8 +76,9 @@ pub enum Error {
     /// ([`crate::LibpodClient::with_request_timeout`]); the request was
     /// abandoned and its connection closed.
     #[error(
-        "podman at {socket} did not answer {op} {target} within {after:?}; the request was \
-         abandoned\nHint: is the podman service on that host stopped or hung?"
+        "podman at {socket} did not answer {op}{} within {after:?}; the request was \
+         abandoned\nHint: is the podman service on that host stopped or hung?",
+        if target.is_empty() { String::new() } else { format!(" {target}") }
     )]
     Timeout {
         /// The socket path.
