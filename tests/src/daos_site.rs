@@ -56,6 +56,21 @@ impl Site {
         broker_bin: Option<PathBuf>,
         profile_extra: impl Fn(&Path) -> String,
     ) -> Site {
+        Self::up_keys(name, broker_bin, "", profile_extra)
+    }
+
+    /// `daos_keys`: more lines for `[daos]` itself (e.g. short step
+    /// deadlines: `stop_timeout_secs = 8`).
+    pub fn up_with_daos_keys(name: &str, broker_bin: Option<PathBuf>, daos_keys: &str) -> Site {
+        Self::up_keys(name, broker_bin, daos_keys, |_| String::new())
+    }
+
+    fn up_keys(
+        name: &str,
+        broker_bin: Option<PathBuf>,
+        daos_keys: &str,
+        profile_extra: impl Fn(&Path) -> String,
+    ) -> Site {
         let (archive, image) = sim_image();
         let c = Cluster::up_with(
             name,
@@ -65,7 +80,11 @@ impl Site {
             ],
         );
         let mut b = TestBroker::prepare("");
-        b.tables = daos_tables(&c, b.dir.path(), &image);
+        b.tables = daos_tables(&c, b.dir.path(), &image).replacen(
+            "[daos]\n",
+            &format!("[daos]\n{daos_keys}\n"),
+            1,
+        );
         b.tables.push_str(&profile_extra(b.dir.path()));
         b.netns = Some(c.id.namespace("cxl2"));
         b.broker_bin = broker_bin;
@@ -178,6 +197,53 @@ impl Site {
             faults,
         )
         .unwrap();
+    }
+}
+
+/// A process of the test cluster stopped with SIGSTOP (a hung node helper
+/// or Podman service) for as long as this lives: SIGCONT on drop, also when
+/// the test fails. By the PID the cluster's manifest recorded.
+#[derive(Debug)]
+pub struct Frozen {
+    pid: i32,
+    what: String,
+}
+
+impl Frozen {
+    /// SIGSTOP `host`'s `role` (`node`: the helper, `podman`: the Podman
+    /// service), by the PID the harness recorded for it.
+    pub fn freeze(c: &Cluster, host: &str, role: &str) -> Frozen {
+        let pid = c
+            .recorded_pid(host, role)
+            .unwrap_or_else(|| panic!("no PID recorded for {host}'s {role}"));
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let want = if role == "node" {
+            "gpuq-node"
+        } else {
+            "podman"
+        };
+        assert_eq!(comm.trim(), want, "PID {pid} recorded for {host}'s {role}");
+        let what = format!("{host}'s {role} (PID {pid})");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGSTOP,
+        )
+        .unwrap_or_else(|e| panic!("SIGSTOP {what}: {e}"));
+        Frozen { pid, what }
+    }
+
+    /// SIGCONT now (the drop does nothing more).
+    pub fn thaw(self) {}
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        if let Err(e) = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGCONT,
+        ) {
+            eprintln!("SIGCONT {}: {e}", self.what);
+        }
     }
 }
 

@@ -208,3 +208,95 @@ fn a_link_cut_during_the_wipe_holds_the_lease_until_recover() {
     s.expect_end(next, "completed", 60);
     s.assert_clean();
 }
+
+/// Short step deadlines (as in daos_jobs.rs's frozen-helper test).
+const SHORT_DEADLINES: &str = "request_timeout_secs = 5\n\
+     preflight_timeout_secs = 5\n\
+     start_timeout_secs = 60\n\
+     format_timeout_secs = 60\n\
+     stop_timeout_secs = 8\n\
+     wipe_timeout_secs = 8\n";
+
+/// Restart `s`'s broker paused at `point` until `resume` exists.
+fn paused_at(s: &mut Site, point: &str, resume: &std::path::Path) {
+    if s.b.pid().is_some() {
+        let _ = s.b.terminate();
+    }
+    let _ = std::fs::remove_file(resume);
+    s.b.env = vec![
+        ("GPUQ_PAUSE_AT".into(), point.into()),
+        ("GPUQ_PAUSE_FILE".into(), resume.display().to_string()),
+    ];
+    s.b.spawn();
+}
+
+#[test]
+fn a_frozen_podman_service_during_cleanup_holds_the_lease_naming_host_and_step_until_recover() {
+    require_cluster_env!();
+    require_env!();
+    let mut s = Site::up_with_daos_keys("dj-frozenpm", Some(crash_broker()), SHORT_DEADLINES);
+    let rw = s.b.workdir(None, "root");
+    let resume = s.b.path("resume");
+
+    // cxl2's own Podman (the broker's client, agent and admin containers)
+    // hangs just before the cleanup's remove_clients: its first request
+    // gets no answer within 5 s → held at remove_clients on this host.
+    paused_at(&mut s, "before_remove_clients", &resume);
+    let id = s.b.submit(ROOT, &rw, &["--inst", "test", "--", "true"]);
+    assert!(
+        eventually(120, || s.log(id).contains("cleanup kill_job")),
+        "{}",
+        s.log(id)
+    );
+    let frozen = Frozen::freeze(&s.c, "cxl2", "podman");
+    std::fs::write(&resume, "").unwrap();
+    let b = s.wait_held(id, 60);
+    assert_eq!(
+        (b["step"].as_str(), b["node"].as_str()),
+        (Some("remove_clients"), Some("broker")),
+        "{b}"
+    );
+    let reason = b["reason"].as_str().unwrap();
+    let sock = s.c.podman_sock("cxl2").display().to_string();
+    assert!(
+        reason.contains(&format!("podman at {sock} did not answer")) && reason.contains("5s"),
+        "{reason}"
+    );
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(!r.status.success(), "recover with cxl2's Podman frozen");
+    assert!(!stderr(&r).contains("being cleaned"), "{}", stderr(&r));
+    frozen.thaw();
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(r.status.success(), "{}\n{}", stderr(&r), s.log(id));
+    s.assert_clean();
+
+    // da2's Podman hangs just before the servers are stopped: da2's helper
+    // cannot stop its server, the broker gets no answer for da2 → held at
+    // stop_servers on da2; SIGCONT → recover releases.
+    paused_at(&mut s, "before_stop_servers", &resume);
+    let id = s.b.submit(ROOT, &rw, &["--inst", "test", "--", "true"]);
+    assert!(
+        eventually(120, || s.log(id).contains("cleanup system_stop")),
+        "{}",
+        s.log(id)
+    );
+    let frozen = Frozen::freeze(&s.c, "da2", "podman");
+    std::fs::write(&resume, "").unwrap();
+    let b = s.wait_held(id, 60);
+    assert_eq!(
+        (b["step"].as_str(), b["node"].as_str()),
+        (Some("stop_servers"), Some("da2")),
+        "{b}"
+    );
+    let next = s.b.submit(ROOT, &rw, &["--", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(next), "queued");
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(!r.status.success(), "recover with da2's Podman frozen");
+    assert!(!stderr(&r).contains("being cleaned"), "{}", stderr(&r));
+    frozen.thaw();
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(r.status.success(), "{}\n{}", stderr(&r), s.log(id));
+    s.expect_end(next, "completed", 60);
+    s.assert_clean();
+}

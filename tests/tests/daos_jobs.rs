@@ -708,3 +708,104 @@ fn verify_pins_checks_the_client_image_on_this_host() {
     // The nodes are not asked for the client image.
     assert!(!text.contains("da1: profile test (client)"), "{text}");
 }
+
+/// Short step deadlines for the tests of a hung node: generous for this
+/// machine under load (a normal stop or wipe takes well under a second),
+/// short enough for a quick test.
+const SHORT_DEADLINES: &str = "request_timeout_secs = 5\n\
+     preflight_timeout_secs = 5\n\
+     start_timeout_secs = 60\n\
+     format_timeout_secs = 60\n\
+     stop_timeout_secs = 8\n\
+     wipe_timeout_secs = 8\n";
+
+#[test]
+fn a_frozen_node_helper_misses_its_deadline_the_lease_is_held_and_recover_releases() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up_with_daos_keys("dj-frozen", None, SHORT_DEADLINES);
+    let rw = s.b.workdir(None, "root");
+
+    // During the job: da2's helper stops answering (SIGSTOP); the job ends,
+    // the cleanup's server stop gets no answer from da2 within 8 s → held
+    // at stop_servers on da2. Without a deadline it would wait for ever.
+    let go = rw.join("go");
+    let id = s.b.submit(
+        ROOT,
+        &rw,
+        &[
+            "--inst",
+            "test",
+            "--",
+            "bash",
+            "-c",
+            &format!("while [ ! -e {} ]; do sleep 0.1; done", go.display()),
+        ],
+    );
+    wait_log(&s, id, "DAOS system ready");
+    let frozen = Frozen::freeze(&s.c, "da2", "node");
+    std::fs::write(&go, "").unwrap();
+    s.expect_end(id, "completed", 60);
+    let b = s.wait_held(id, 60);
+    assert_eq!(
+        (b["step"].as_str(), b["node"].as_str()),
+        (Some("stop_servers"), Some("da2")),
+        "{b}"
+    );
+    let reason = b["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("da2: no answer from") && reason.contains("within 8s"),
+        "{reason}"
+    );
+    let log = s.log(id);
+    assert!(log.contains("cleanup stop_servers FAILED"), "{log}");
+    // The next job waits.
+    let queued = s.b.submit(ROOT, &rw, &["--", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(queued), "queued");
+    // recover is not refused as "cleanup running" (that cleanup ended in
+    // the hold); while da2 still hangs it fails again at the deadline.
+    let t = std::time::Instant::now();
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(!r.status.success(), "recover with da2 still frozen");
+    let e = stderr(&r);
+    assert!(
+        !e.contains("being cleaned") && e.contains("da2") && e.contains("within 8s"),
+        "{e}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(40), "{:?}", t.elapsed());
+    assert!(s.state().join("blocked.json").exists());
+    assert_eq!(s.b.state(queued), "queued");
+    // da2 answers again: recover releases, the queue moves on.
+    frozen.thaw();
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(r.status.success(), "{}\n{}", stderr(&r), s.log(id));
+    s.expect_end(queued, "completed", 60);
+    s.assert_clean();
+
+    // During the preparation: da3's helper hangs before the job is
+    // submitted, so its preflight gets no answer within 5 s. The job fails
+    // and never runs; preflight starts nothing on any node, so nothing is
+    // asked of the nodes and the lease is released (no hold).
+    let frozen = Frozen::freeze(&s.c, "da3", "node");
+    let ran = rw.join("ran");
+    let id = s.b.submit(
+        ROOT,
+        &rw,
+        &["--inst", "test", "--", "touch", &ran.display().to_string()],
+    );
+    let j = s.expect_end(id, "failed", 60);
+    let why = j["reason"].as_str().unwrap();
+    assert!(
+        why.contains("preflight")
+            && why.contains("da3: no answer from")
+            && why.contains("within 5s"),
+        "{j}"
+    );
+    assert!(!ran.exists());
+    assert!(!s.state().join("blocked.json").exists());
+    let lease = lease_of(&s, id).expect("lease in the log");
+    assert_eq!(s.lease_record(&lease)["phase"], "released");
+    frozen.thaw();
+    s.assert_clean();
+}

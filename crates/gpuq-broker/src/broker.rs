@@ -1315,8 +1315,20 @@ pub fn crash_point(step: &str) {
     if std::env::var("GPUQ_PAUSE_AT").is_ok_and(|s| s == step) {
         if let Some(resume) = std::env::var_os("GPUQ_PAUSE_FILE") {
             eprintln!("gpuq-broker: pause point {step}: waiting for {resume:?} (test build)");
-            while !std::path::Path::new(&resume).exists() {
-                std::thread::sleep(std::time::Duration::from_millis(50));
+            let wait = || {
+                while !std::path::Path::new(&resume).exists() {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+            };
+            // Called from a task: the worker's other tasks (its LIFO slot
+            // cannot be stolen) go to another thread while this one
+            // sleeps — a plain sleep here once left `gpuq log` unanswered
+            // for as long as the pause lasted.
+            match tokio::runtime::Handle::try_current() {
+                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+                    tokio::task::block_in_place(wait)
+                }
+                _ => wait(),
             }
         }
     }

@@ -73,6 +73,12 @@ struct RawDaos {
     node_podman_socket: Option<PathBuf>,
     join_timeout_secs: Option<u64>,
     link_timeout_secs: Option<u64>,
+    request_timeout_secs: Option<u64>,
+    preflight_timeout_secs: Option<u64>,
+    start_timeout_secs: Option<u64>,
+    format_timeout_secs: Option<u64>,
+    stop_timeout_secs: Option<u64>,
+    wipe_timeout_secs: Option<u64>,
     nodes: Vec<RawNode>,
     profiles: std::collections::BTreeMap<String, RawProfile>,
 }
@@ -122,6 +128,8 @@ pub struct DaosConfig {
     pub node_podman_socket: PathBuf,
     pub join_timeout_secs: u64,
     pub link_timeout_secs: u64,
+    /// Each step's deadline (`*_timeout_secs`; docs/operations.md).
+    pub deadlines: gpuq_lifecycle::Deadlines,
     pub nodes: Vec<DaosNode>,
     pub profiles: std::collections::BTreeMap<String, DaosProfile>,
 }
@@ -492,6 +500,39 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
             },
         );
     }
+    let defaults = gpuq_lifecycle::Deadlines::default();
+    let secs = |key: &'static str, v: Option<u64>, default: std::time::Duration| match v {
+        None => Ok(default),
+        Some(s) if (1..=86_400).contains(&s) => Ok(std::time::Duration::from_secs(s)),
+        Some(s) => Err(invalid(
+            key,
+            format!("{s} is not a deadline in seconds from 1 to 86400"),
+        )),
+    };
+    let deadlines = gpuq_lifecycle::Deadlines {
+        request: secs(
+            "daos.request_timeout_secs",
+            d.request_timeout_secs,
+            defaults.request,
+        )?,
+        preflight: secs(
+            "daos.preflight_timeout_secs",
+            d.preflight_timeout_secs,
+            defaults.preflight,
+        )?,
+        start: secs(
+            "daos.start_timeout_secs",
+            d.start_timeout_secs,
+            defaults.start,
+        )?,
+        format: secs(
+            "daos.format_timeout_secs",
+            d.format_timeout_secs,
+            defaults.format,
+        )?,
+        stop: secs("daos.stop_timeout_secs", d.stop_timeout_secs, defaults.stop)?,
+        wipe: secs("daos.wipe_timeout_secs", d.wipe_timeout_secs, defaults.wipe)?,
+    };
     Ok(DaosConfig {
         run_dir: abs("daos.run_dir", d.run_dir, "/run/gpuq/daos")?,
         podman_socket: abs(
@@ -515,6 +556,7 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
         )?,
         join_timeout_secs: d.join_timeout_secs.unwrap_or(120),
         link_timeout_secs: d.link_timeout_secs.unwrap_or(15),
+        deadlines,
         nodes,
         profiles,
     })
@@ -696,6 +738,44 @@ env = { FI_PROVIDER = "tcp" }
             vec![("FI_PROVIDER".into(), "tcp".into())]
         );
         assert!(parse("[broker]\n").unwrap().daos.is_none());
+        assert_eq!(d.deadlines, gpuq_lifecycle::Deadlines::default());
+    }
+
+    #[test]
+    fn step_deadlines_are_read_and_a_zero_or_unknown_one_is_refused() {
+        let keys = [
+            "request_timeout_secs = 7",
+            "preflight_timeout_secs = 8",
+            "start_timeout_secs = 9",
+            "format_timeout_secs = 10",
+            "stop_timeout_secs = 11",
+            "wipe_timeout_secs = 12",
+        ];
+        let text = DAOS.replace("[daos]\n", &format!("[daos]\n{}\n", keys.join("\n")));
+        let d = parse(&text).unwrap().daos.unwrap().deadlines;
+        let s = std::time::Duration::from_secs;
+        assert_eq!(
+            d,
+            gpuq_lifecycle::Deadlines {
+                request: s(7),
+                preflight: s(8),
+                start: s(9),
+                format: s(10),
+                stop: s(11),
+                wipe: s(12),
+            }
+        );
+        let e = parse(&DAOS.replace("[daos]\n", "[daos]\nstop_timeout_secs = 0\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("daos.stop_timeout_secs") && e.contains("1 to 86400"),
+            "{e}"
+        );
+        let e = parse(&DAOS.replace("[daos]\n", "[daos]\nstop_timeout = 5\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stop_timeout"), "{e}");
     }
 
     #[test]

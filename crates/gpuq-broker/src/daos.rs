@@ -170,6 +170,7 @@ impl Daos {
                 access_points: p.replicas.clone(),
                 join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
                 env: p.env.clone(),
+                deadlines: self.cfg.deadlines,
             },
         ))
     }
@@ -189,6 +190,7 @@ impl Daos {
                 .collect(),
             profile: profile.to_string(),
             replicas,
+            deadlines: self.cfg.deadlines,
         }
     }
 
@@ -416,15 +418,18 @@ impl Daos {
             let link = state.as_ref().map(|s| s.label()).unwrap_or("unknown");
             let (helper, error) = if state.as_ref().is_some_and(|s| s.is_up()) {
                 let c = gpuq_client::Client::new(l.sockets().node_sock);
-                match tokio::time::timeout(
-                    Duration::from_secs(5),
-                    c.call::<serde_json::Value>(hyper::Method::GET, "/v1/status", None::<&()>),
-                )
-                .await
+                // An operator waits for this: at most 5 s per node.
+                match c
+                    .call_within::<serde_json::Value>(
+                        self.cfg.deadlines.request.min(Duration::from_secs(5)),
+                        hyper::Method::GET,
+                        "/v1/status",
+                        None::<&()>,
+                    )
+                    .await
                 {
-                    Ok(Ok(v)) => (v, None),
-                    Ok(Err(e)) => (serde_json::Value::Null, Some(e.to_string())),
-                    Err(_) => (serde_json::Value::Null, Some("no answer within 5s".into())),
+                    Ok(v) => (v, None),
+                    Err(e) => (serde_json::Value::Null, Some(e.to_string())),
                 }
             } else {
                 let why = match &state {
@@ -497,7 +502,7 @@ impl Daos {
                 } else {
                     pins.clone()
                 };
-                tokio::spawn(check_host(host, sock, pins))
+                tokio::spawn(check_host(host, sock, pins, self.cfg.deadlines.request))
             })
             .collect();
         let mut results = Vec::new();
@@ -535,6 +540,7 @@ async fn check_host(
     host: String,
     sock: Result<PathBuf, String>,
     pins: Vec<(String, Result<ImageId, String>)>,
+    request: Duration,
 ) -> serde_json::Value {
     use gpuq_podman::{LabelFilter, LibpodClient, Podman};
     let fail = |e: String| serde_json::json!({"host": host, "ok": false, "error": e});
@@ -542,7 +548,7 @@ async fn check_host(
         Ok(s) => s,
         Err(e) => return fail(e),
     };
-    let pm = match LibpodClient::connect(&sock).await {
+    let pm = match LibpodClient::connect_with_timeout(&sock, Some(request)).await {
         Ok(p) => p,
         Err(e) => return fail(format!("Podman at {}: {e}", sock.display())),
     };

@@ -10,6 +10,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -24,6 +25,25 @@ pub enum ClientError {
     Api { status: StatusCode, body: ErrorBody },
     #[error("talking to {socket}: {what}")]
     Protocol { socket: PathBuf, what: String },
+    /// No whole answer within the call's deadline ([`Client::call_within`]);
+    /// the request was abandoned and its connection closed.
+    #[error("no answer from {socket} within {}; the request was abandoned", secs(*.after))]
+    Timeout { socket: PathBuf, after: Duration },
+}
+
+/// `5s`, `1.5s`.
+fn secs(d: Duration) -> String {
+    format!("{}s", d.as_secs_f64())
+}
+
+/// Ends a request's connection task when the request is done or dropped,
+/// so that an abandoned request's connection is closed at once.
+struct ConnTask(tokio::task::JoinHandle<()>);
+
+impl Drop for ConnTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -59,11 +79,17 @@ impl Client {
     }
 
     /// One HTTP/1.1 connection to the broker (`upgrades`: it may be handed
-    /// over after a `101`).
+    /// over after a `101`), and the task that drives it.
     async fn connect(
         &self,
         upgrades: bool,
-    ) -> Result<hyper::client::conn::http1::SendRequest<Full<Bytes>>, ClientError> {
+    ) -> Result<
+        (
+            hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+            tokio::task::JoinHandle<()>,
+        ),
+        ClientError,
+    > {
         let stream = tokio::net::UnixStream::connect(&self.socket)
             .await
             .map_err(|source| ClientError::Connect {
@@ -73,14 +99,14 @@ impl Client {
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| self.protocol(e))?;
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let _ = if upgrades {
                 conn.with_upgrades().await
             } else {
                 conn.await
             };
         });
-        Ok(sender)
+        Ok((sender, task))
     }
 
     /// Send one request; returns the response with its body still streaming.
@@ -90,7 +116,18 @@ impl Client {
         path: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Response<Incoming>, ClientError> {
-        let mut sender = self.connect(false).await?;
+        // The connection lives on its own until the answer is read.
+        Ok(self.send(method, path, body).await?.0)
+    }
+
+    /// [`Client::raw`], and the connection's task.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<(Response<Incoming>, tokio::task::JoinHandle<()>), ClientError> {
+        let (mut sender, task) = self.connect(false).await?;
         let mut req = Request::builder()
             .method(method)
             .uri(format!("http://gpuq{path}"))
@@ -101,7 +138,11 @@ impl Client {
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
             .map_err(|e| self.protocol(e))?;
-        sender.send_request(req).await.map_err(|e| self.protocol(e))
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| self.protocol(e))?;
+        Ok((resp, task))
     }
 
     /// Send a JSON request and decode a JSON answer; a non-2xx answer
@@ -116,13 +157,36 @@ impl Client {
             .map(serde_json::to_vec)
             .transpose()
             .map_err(|e| self.protocol(e))?;
-        let resp = self.raw(method, path, body).await?;
+        let (resp, task) = self.send(method, path, body).await?;
+        // Dropped with this call (done, or abandoned by a deadline): the
+        // connection closes with it.
+        let _conn = ConnTask(task);
         let status = resp.status();
         let bytes = self.body(resp.into_body()).await?;
         if !status.is_success() {
             return Err(api_error(status, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(|e| self.protocol(format!("bad answer: {e}")))
+    }
+
+    /// [`Client::call`] with a deadline for the whole exchange (connect,
+    /// request, the whole answer): past it the call fails with
+    /// [`ClientError::Timeout`] and its connection is closed, so a hung
+    /// peer never holds the caller.
+    pub async fn call_within<T: serde::de::DeserializeOwned>(
+        &self,
+        deadline: Duration,
+        method: Method,
+        path: &str,
+        body: Option<&impl serde::Serialize>,
+    ) -> Result<T, ClientError> {
+        match tokio::time::timeout(deadline, self.call(method, path, body)).await {
+            Ok(r) => r,
+            Err(_) => Err(ClientError::Timeout {
+                socket: self.socket.clone(),
+                after: deadline,
+            }),
+        }
     }
 
     /// GET `path` and copy the streamed body to `out` as it arrives.
@@ -156,7 +220,7 @@ impl Client {
         protocol: &str,
         body: Vec<u8>,
     ) -> Result<TokioIo<hyper::upgrade::Upgraded>, ClientError> {
-        let mut sender = self.connect(true).await?;
+        let (mut sender, _task) = self.connect(true).await?;
         let req = Request::builder()
             .method(Method::POST)
             .uri(format!("http://gpuq{path}"))
@@ -190,4 +254,56 @@ fn api_error(status: StatusCode, bytes: &[u8]) -> ClientError {
         error: format!("broker answered {status}"),
     });
     ClientError::Api { status, body }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A peer that reads the request and never answers (a stopped node
+    /// helper behind its socket): the call fails at its deadline and the
+    /// peer sees the connection closed.
+    #[tokio::test]
+    async fn a_call_to_a_peer_that_never_answers_fails_at_its_deadline_and_closes_the_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("hung.sock");
+        let listener = tokio::net::UnixListener::bind(&sock).unwrap();
+        let peer = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            // Read until the client closes: 0 bytes, or a reset.
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        });
+        let c = Client::new(&sock);
+        let t = std::time::Instant::now();
+        let r = tokio::time::timeout(
+            Duration::from_secs(20),
+            c.call_within::<serde_json::Value>(
+                Duration::from_millis(300),
+                Method::POST,
+                "/v1/leases/L/stop",
+                None::<&()>,
+            ),
+        )
+        .await
+        .expect("the call hung past the test's 20 s");
+        let e = r.unwrap_err();
+        assert!(matches!(e, ClientError::Timeout { .. }), "{e}");
+        assert!(t.elapsed() >= Duration::from_millis(300));
+        assert!(
+            e.to_string()
+                .starts_with(&format!("no answer from {} within 0.3s", sock.display())),
+            "{e}"
+        );
+        tokio::time::timeout(Duration::from_secs(5), peer)
+            .await
+            .expect("the abandoned connection was left open")
+            .unwrap();
+    }
 }

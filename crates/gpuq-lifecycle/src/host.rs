@@ -33,6 +33,9 @@ pub struct HostProfile {
     pub join_timeout: Duration,
     /// Extra variables for the job's environment.
     pub env: Vec<(String, String)>,
+    /// Every Podman request here has `deadlines.request`; `dmg storage
+    /// format` has `deadlines.format`, `dmg system stop` `deadlines.stop`.
+    pub deadlines: crate::Deadlines,
 }
 
 /// The GPU host's containers of one profile.
@@ -144,7 +147,12 @@ impl Host {
 
     async fn podman(&self) -> Result<LibpodClient, String> {
         self.client
-            .get_or_try_init(|| LibpodClient::connect(&self.podman_socket))
+            .get_or_try_init(|| {
+                LibpodClient::connect_with_timeout(
+                    &self.podman_socket,
+                    Some(self.profile.deadlines.request),
+                )
+            })
             .await
             .cloned()
             .map_err(|e| format!("local Podman ({}): {e}", self.podman_socket.display()))
@@ -325,7 +333,10 @@ impl Host {
         if !awaiting_format {
             self.await_format(&pm, lease, deadline).await?;
         }
-        let f = self.dmg(&pm, lease, &["storage", "format"]).await?;
+        // A real format takes a while (every SCM and NVMe device): its own
+        // deadline instead of the small calls'.
+        let long = pm.with_request_timeout(Some(self.profile.deadlines.format));
+        let f = self.dmg(&long, lease, &["storage", "format"]).await?;
         format_reply(&f)
     }
 
@@ -524,7 +535,8 @@ impl Host {
             return Ok("no control config: the system was never set up".into());
         }
         let pm = self.podman().await?;
-        self.stop_system(&pm, lease).await
+        let long = pm.with_request_timeout(Some(self.profile.deadlines.stop));
+        self.stop_system(&long, lease).await
     }
 
     /// This host's part of the wipe, while the nodes wipe theirs (the

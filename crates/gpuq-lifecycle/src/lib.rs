@@ -21,7 +21,62 @@ use gpuq_protocol::node::{
 };
 use hyper::Method;
 use std::path::PathBuf;
+use std::time::Duration;
 use thiserror::Error;
+
+/// How long each step of a lease may take before it fails (`[daos]` in the
+/// broker's configuration; defaults generous for a slow real site). A node
+/// call that misses its deadline is abandoned (its connection closed) and
+/// fails naming the node: during the preparation that fails the job and
+/// the cleanup runs; during the cleanup the lease is held at that step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// Every small call: each Podman request on this host, a node's status.
+    pub request: Duration,
+    /// A node's preflight.
+    pub preflight: Duration,
+    /// A node's server start, which includes the node's own wait for
+    /// "format required" (its profile's `format_wait_secs`, 120 s).
+    pub start: Duration,
+    /// `dmg storage format`.
+    pub format: Duration,
+    /// A node's server stop (its profile's `stop_grace_secs` included), and
+    /// each of the broker's cleanup steps (kill_job, remove_clients,
+    /// stop_agent, system_stop).
+    pub stop: Duration,
+    /// A node's wipe (BLKDISCARD of every allowlisted device, verify,
+    /// audit), and this host's part of that step.
+    pub wipe: Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines {
+            request: Duration::from_secs(60),
+            preflight: Duration::from_secs(120),
+            start: Duration::from_secs(600),
+            format: Duration::from_secs(900),
+            stop: Duration::from_secs(600),
+            wipe: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// `f`, or past `deadline` an error saying so (`f` is dropped: whatever it
+/// waited for is abandoned).
+async fn within<T>(
+    deadline: Duration,
+    what: impl std::fmt::Display,
+    f: impl std::future::Future<Output = Result<T, String>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(deadline, f).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "{what} did not finish within {}s (the deadline); abandoned",
+            deadline.as_secs_f64()
+        )),
+    }
+}
 
 /// One storage node's gpuq-node API.
 #[derive(Debug, Clone)]
@@ -132,6 +187,8 @@ pub struct Lifecycle {
     pub profile: String,
     /// Management-service replicas passed to every node's start.
     pub replicas: Vec<String>,
+    /// Each step's deadline.
+    pub deadlines: Deadlines,
 }
 
 impl Lifecycle {
@@ -157,11 +214,17 @@ impl Lifecycle {
             lease: lease.to_string(),
             profile: self.profile.clone(),
         };
+        let deadline = self.deadlines.preflight;
         let pre = on_all(&self.nodes, |n| {
             let req = req.clone();
             async move {
                 n.client
-                    .call::<PreflightReport>(Method::POST, "/v1/preflight", Some(&req))
+                    .call_within::<PreflightReport>(
+                        deadline,
+                        Method::POST,
+                        "/v1/preflight",
+                        Some(&req),
+                    )
                     .await
             }
         })
@@ -239,11 +302,12 @@ impl Lifecycle {
             replicas: self.replicas.clone(),
         };
         let path = format!("/v1/leases/{lease}/start");
+        let deadline = self.deadlines.start;
         let started = on_all(&self.nodes, |n| {
             let (start, path) = (start.clone(), path.clone());
             async move {
                 n.client
-                    .call::<StartReport>(Method::POST, &path, Some(&start))
+                    .call_within::<StartReport>(deadline, Method::POST, &path, Some(&start))
                     .await
             }
         })
@@ -308,7 +372,14 @@ impl Lifecycle {
                 | CleanupStep::RemoveClients
                 | CleanupStep::StopAgent
                 | CleanupStep::SystemStop => {
-                    let (done, here) = tokio::join!(local.run(l, step), local.alongside(l, step));
+                    // This host's work (the runner, this host's Podman)
+                    // has the stop deadline too.
+                    let d = self.deadlines.stop;
+                    let name = step_name(step);
+                    let (done, here) = tokio::join!(
+                        within(d, &name, local.run(l, step)),
+                        within(d, format!("{name} (alongside)"), local.alongside(l, step))
+                    );
                     match (done, here) {
                         (Ok(d), Ok(None)) => Ok(d),
                         (Ok(d), Ok(Some(h))) => Ok(format!("{d}; {h}")),
@@ -327,7 +398,13 @@ impl Lifecycle {
                         "stop"
                     };
                     let path = format!("/v1/leases/{}/{verb}", l.lease);
-                    // Every node at once; a node whose forwarded socket
+                    let d = if step == CleanupStep::Wipe {
+                        self.deadlines.wipe
+                    } else {
+                        self.deadlines.stop
+                    };
+                    // Every node at once, each within the step's deadline
+                    // (a node that misses it fails the step: held); a node whose forwarded socket
                     // refused the connection (its link is being re-made:
                     // the links were looked at just before the cleanup,
                     // but a master can die after that) is asked again,
@@ -338,11 +415,15 @@ impl Lifecycle {
                             let path = path.clone();
                             async move {
                                 n.client
-                                    .call::<StepReport>(Method::POST, &path, None::<&()>)
+                                    .call_within::<StepReport>(d, Method::POST, &path, None::<&()>)
                                     .await
                             }
                         }),
-                        local.alongside(l, step)
+                        within(
+                            d,
+                            format!("{} on this host", step_name(step)),
+                            local.alongside(l, step)
+                        )
                     );
                     for _ in 0..CONNECT_RETRIES {
                         let retry: Vec<Node> = self
@@ -363,7 +444,7 @@ impl Lifecycle {
                             let path = path.clone();
                             async move {
                                 n.client
-                                    .call::<StepReport>(Method::POST, &path, None::<&()>)
+                                    .call_within::<StepReport>(d, Method::POST, &path, None::<&()>)
                                     .await
                             }
                         })

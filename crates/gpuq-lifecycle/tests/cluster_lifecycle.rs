@@ -31,6 +31,7 @@ fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
             .collect(),
         profile: "test".into(),
         replicas: vec![addr("da1").to_string()],
+        deadlines: Default::default(),
     }
 }
 

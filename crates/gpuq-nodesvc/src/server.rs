@@ -4,6 +4,14 @@
 //! kernel reports is the node's sshd (root); a non-root peer is refused even
 //! if the socket's mode (0600) were ever loosened. State-changing requests
 //! are serialised: one lease step at a time on a node.
+//!
+//! Each lease step (preflight, start, stop, wipe) runs on tokio's blocking
+//! pool ([`run_step`]): its device checks, BLKDISCARD, `/proc` scans and
+//! file I/O block a thread, never one of the two async workers that serve
+//! the socket. And it runs to its end even when its caller hangs up (the
+//! broker abandons a call at its deadline): a step is never cut short at
+//! an arbitrary point, and the next step waits for it (the step lock is
+//! held by the step, not by the connection).
 
 use crate::service::{NodeError, NodeService};
 use bytes::Bytes;
@@ -25,6 +33,8 @@ pub const MAX_BODY: usize = 64 * 1024;
 
 enum ApiError {
     Node(NodeError),
+    /// A step's task ended without an answer (it panicked).
+    Task(String),
     Forbidden(String),
     BadRequest(String),
     TooLarge,
@@ -43,6 +53,7 @@ fn status_of(e: &ApiError) -> (StatusCode, ErrorCode) {
         ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
         ApiError::TooLarge => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
         ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+        ApiError::Task(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
         ApiError::Node(n) => match n {
             NodeError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorCode::BadRequest),
             NodeError::NoProfile(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
@@ -58,7 +69,10 @@ fn status_of(e: &ApiError) -> (StatusCode, ErrorCode) {
 fn message(e: &ApiError) -> String {
     match e {
         ApiError::Node(n) => n.to_string(),
-        ApiError::Forbidden(m) | ApiError::BadRequest(m) | ApiError::NoRoute(m) => m.clone(),
+        ApiError::Forbidden(m)
+        | ApiError::BadRequest(m)
+        | ApiError::NoRoute(m)
+        | ApiError::Task(m) => m.clone(),
         ApiError::TooLarge => format!("request body larger than {MAX_BODY} bytes"),
     }
 }
@@ -139,8 +153,34 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
         .map_err(|e| ApiError::BadRequest(format!("malformed request body: {e}")))
 }
 
-async fn route<P: Podman>(
-    shared: &Shared<P>,
+/// Run one lease step on the blocking pool, to its end whatever happens to
+/// the connection that asked for it; `lock`: under the one-step lock.
+async fn run_step<P, T, F, Fut>(shared: &Arc<Shared<P>>, lock: bool, f: F) -> Result<T, ApiError>
+where
+    P: Podman + 'static,
+    T: Send + 'static,
+    F: FnOnce(Arc<Shared<P>>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, NodeError>>,
+{
+    let shared = Arc::clone(shared);
+    let rt = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        rt.block_on(async move {
+            let _one = if lock {
+                Some(shared.one_step.lock().await)
+            } else {
+                None
+            };
+            f(Arc::clone(&shared)).await
+        })
+    })
+    .await
+    .map_err(|e| ApiError::Task(format!("the step ended without an answer: {e}")))?
+    .map_err(ApiError::from)
+}
+
+async fn route<P: Podman + 'static>(
+    shared: &Arc<Shared<P>>,
     uid: Option<u32>,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
@@ -157,21 +197,36 @@ async fn route<P: Podman>(
         (Method::GET, ["v1", "status"]) => Ok(json(StatusCode::OK, &svc.status().await?)),
         (Method::POST, ["v1", "preflight"]) => {
             let body: PreflightRequest = read_json(req).await?;
-            Ok(json(StatusCode::OK, &svc.preflight(&body).await?))
+            let r = run_step(shared, false, move |s| async move {
+                s.service.preflight(&body).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
         }
         (Method::POST, ["v1", "leases", lease, "start"]) => {
             let lease = lease.to_string();
             let body: StartRequest = read_json(req).await?;
-            let _one = shared.one_step.lock().await;
-            Ok(json(StatusCode::OK, &svc.start(&lease, &body).await?))
+            let r = run_step(shared, true, move |s| async move {
+                s.service.start(&lease, &body).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
         }
         (Method::POST, ["v1", "leases", lease, "stop"]) => {
-            let _one = shared.one_step.lock().await;
-            Ok(json(StatusCode::OK, &svc.stop(lease).await?))
+            let lease = lease.to_string();
+            let r = run_step(shared, true, move |s| async move {
+                s.service.stop(&lease).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
         }
         (Method::POST, ["v1", "leases", lease, "wipe"]) => {
-            let _one = shared.one_step.lock().await;
-            Ok(json(StatusCode::OK, &svc.wipe(lease).await?))
+            let lease = lease.to_string();
+            let r = run_step(shared, true, move |s| async move {
+                s.service.wipe(&lease).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
         }
         (Method::GET, ["v1", "leases", lease, "logs"]) => {
             let text = svc.logs(lease).await?;

@@ -608,3 +608,69 @@ async fn a_start_is_confirmed_only_when_the_server_awaits_its_format() {
         .unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A server that ignores SIGTERM: its stop takes the whole grace (5 s).
+const STUBBORN: &str =
+    "trap '' TERM; echo 'SCM format required on instance 0'; while :; do sleep 1; done";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_whose_caller_hangs_up_runs_to_its_end_and_the_next_step_waits_for_it() {
+    if !as_own_node("a_stop_whose_caller_hangs_up_runs_to_its_end_and_the_next_step_waits_for_it") {
+        return;
+    }
+    let Some(podman) = service_or_skip("caller_hangs_up") else {
+        return;
+    };
+    let client = podman.client().await;
+    let image = TestImage::build("server", None);
+    podman.load_image(&client, &image).await;
+    let n = node_with(&podman, &image.id.to_string(), STUBBORN, 120).await;
+    let sock = n.root.join("node.sock");
+    let listener = gpuq_nodesvc::server::bind(&sock).unwrap();
+    tokio::spawn(gpuq_nodesvc::server::serve(listener, n.svc));
+    let s = sock.clone();
+    let (code, body) = tokio::task::spawn_blocking(move || {
+        curl(
+            &s,
+            None,
+            "POST",
+            "/v1/leases/L9/start",
+            Some(r#"{"profile":"test","replicas":["da1"]}"#),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let ours = gpuq_podman::LabelFilter::lease("L9");
+    assert_eq!(client.container_list(&ours).await.unwrap().len(), 1);
+    // The caller (the broker, at its deadline) hangs up after 1 s; the stop
+    // needs the 5 s grace and then SIGKILL.
+    let s = sock.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl")
+            .args(["-s", "--max-time", "1", "-X", "POST", "--unix-socket"])
+            .arg(&s)
+            .arg("http://node/v1/leases/L9/stop")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(28), "curl should time out: {out:?}");
+    // The stop goes on without its caller (the server SIGKILLed after the
+    // grace, then removed) and keeps the step lock: the wipe asked now
+    // waits for it instead of being refused as "stop first".
+    let t = std::time::Instant::now();
+    let s = sock.clone();
+    let (code, body) =
+        tokio::task::spawn_blocking(move || curl(&s, None, "POST", "/v1/leases/L9/wipe", None))
+            .await
+            .unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        t.elapsed() >= std::time::Duration::from_secs(2),
+        "the wipe did not wait for the stop: {:?}",
+        t.elapsed()
+    );
+    assert!(client.container_list(&ours).await.unwrap().is_empty());
+}

@@ -4,6 +4,28 @@
 //! costs microseconds, there is no pool to go stale when Podman restarts, and
 //! a long `wait` never blocks other calls. Dropping a call's future (a
 //! caller's timeout) closes its connection.
+//!
+//! Every request has a deadline ([`LibpodClient::with_request_timeout`],
+//! [`DEFAULT_REQUEST_TIMEOUT`] unless the caller sets another): a Podman
+//! service that hangs (stopped, wedged) fails the call with
+//! [`Error::Timeout`] and the connection is closed, instead of the caller
+//! waiting for ever. What the deadline covers:
+//!
+//! - a plain request (inspect, list, create, start, kill, delete, image
+//!   load, `_ping`): connect, send, the answer's head and its whole body;
+//! - `container_stop`: the same, plus the stop's grace period (Podman waits
+//!   it out before it answers);
+//! - `container_exec`: each request of it, the output stream included (it
+//!   is the start request's body): a command that runs longer than the
+//!   deadline fails — give a longer one for long commands
+//!   (`with_request_timeout` on a clone);
+//! - `container_wait`: none — it waits for the container's exit by purpose;
+//!   the caller bounds it;
+//! - `container_exec_attach` and `container_logs_follow` (streams): connect,
+//!   send and the answer's head (the `101`/`200`); the stream after that has
+//!   no deadline here: an interactive session or a quiet server's log may
+//!   idle for hours, and its reader decides how long it listens (the node
+//!   helper's format wait, the job's own life for `gpuq daos-exec`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -39,11 +61,19 @@ const API_PREFIX: &str = "/v4.0.0/libpod";
 /// The default rootful Podman socket.
 pub const DEFAULT_SOCKET: &str = "/run/podman/podman.sock";
 
+/// The deadline of every request unless the caller sets another
+/// ([`LibpodClient::with_request_timeout`]): generous for a slow real host
+/// (a create or a forced delete takes well under a second here).
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A libpod client bound to one socket. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct LibpodClient {
     socket: PathBuf,
     version: ApiVersion,
+    /// Each request's deadline (see the module's documentation); `None`:
+    /// no deadline.
+    timeout: Option<Duration>,
 }
 
 struct Reply {
@@ -73,14 +103,43 @@ impl LibpodClient {
     /// Connects: pings the socket, reads `Libpod-API-Version`, and refuses a
     /// Podman older than [`crate::MIN_API_VERSION`] or a socket that is not
     /// libpod's.
+    ///
+    /// Every request, the `_ping` of the connect included, has the deadline
+    /// [`DEFAULT_REQUEST_TIMEOUT`]; [`LibpodClient::connect_with_timeout`]
+    /// or [`LibpodClient::with_request_timeout`] set another.
     pub async fn connect(socket: impl Into<PathBuf>) -> Result<Self> {
+        Self::connect_with_timeout(socket, Some(DEFAULT_REQUEST_TIMEOUT)).await
+    }
+
+    /// [`LibpodClient::connect`] with the deadline `timeout` for every
+    /// request (`None`: none), the connect's `_ping` included.
+    pub async fn connect_with_timeout(
+        socket: impl Into<PathBuf>,
+        timeout: Option<Duration>,
+    ) -> Result<Self> {
         let socket = socket.into();
-        let ping = ping_socket(&socket).await?;
+        let ping = ping_socket(&socket, timeout).await?;
         tracing::debug!(socket = %socket.display(), version = %ping.libpod_api_version_raw, "connected to podman");
         Ok(Self {
             socket,
             version: ping.libpod_api_version,
+            timeout,
         })
+    }
+
+    /// The same client with another deadline for each request (`None`:
+    /// none), e.g. a longer one for a long `dmg` exec.
+    #[must_use]
+    pub fn with_request_timeout(&self, timeout: Option<Duration>) -> Self {
+        Self {
+            timeout,
+            ..self.clone()
+        }
+    }
+
+    /// Each request's deadline.
+    pub fn request_timeout(&self) -> Option<Duration> {
+        self.timeout
     }
 
     /// The socket path.
@@ -88,15 +147,22 @@ impl LibpodClient {
         &self.socket
     }
 
-    async fn request(
+    async fn request_within(
         &self,
+        timeout: Option<Duration>,
         method: Method,
         path_and_query: &str,
         body: ReqBody,
         content_type: Option<&'static str>,
         t: Target<'_>,
     ) -> Result<Reply> {
-        raw_request(&self.socket, method, path_and_query, body, content_type, t).await
+        within(
+            &self.socket,
+            timeout,
+            t,
+            raw_request(&self.socket, method, path_and_query, body, content_type, t),
+        )
+        .await
     }
 
     /// Sends a request and maps error statuses to [`Error`]; returns the reply
@@ -109,8 +175,22 @@ impl LibpodClient {
         content_type: Option<&'static str>,
         t: Target<'_>,
     ) -> Result<Reply> {
+        self.call_within(self.timeout, method, path_and_query, body, content_type, t)
+            .await
+    }
+
+    /// [`Self::call`] with the deadline `timeout` instead of the client's.
+    async fn call_within(
+        &self,
+        timeout: Option<Duration>,
+        method: Method,
+        path_and_query: &str,
+        body: ReqBody,
+        content_type: Option<&'static str>,
+        t: Target<'_>,
+    ) -> Result<Reply> {
         let reply = self
-            .request(method, path_and_query, body, content_type, t)
+            .request_within(timeout, method, path_and_query, body, content_type, t)
             .await?;
         if reply.status.is_success() || reply.status == StatusCode::NOT_MODIFIED {
             return Ok(reply);
@@ -197,7 +277,7 @@ impl Podman for LibpodClient {
     }
 
     async fn ping(&self) -> Result<PingInfo> {
-        ping_socket(&self.socket).await
+        ping_socket(&self.socket, self.timeout).await
     }
 
     async fn image_inspect(&self, image: &ImageId) -> Result<ImageInfo> {
@@ -312,8 +392,10 @@ impl Podman for LibpodClient {
             "{API_PREFIX}/containers/{}/stop?timeout={secs}",
             encode(container)
         );
-        // 304: already stopped.
-        self.call(Method::POST, &path, ReqBody::empty(), None, t)
+        // 304: already stopped. Podman answers after the grace at most:
+        // the deadline counts from then.
+        let timeout = self.timeout.map(|d| d + Duration::from_secs(secs));
+        self.call_within(timeout, Method::POST, &path, ReqBody::empty(), None, t)
             .await?;
         Ok(())
     }
@@ -336,8 +418,9 @@ impl Podman for LibpodClient {
             "{API_PREFIX}/containers/{}/wait?condition=exited",
             encode(container)
         );
+        // No deadline: it waits for the exit by purpose (the caller's).
         let reply = self
-            .call(Method::POST, &path, ReqBody::empty(), None, t)
+            .call_within(None, Method::POST, &path, ReqBody::empty(), None, t)
             .await?;
         // The libpod reply is the bare exit code, e.g. `3`.
         let code: i64 = self.decode(&reply, t)?;
@@ -410,16 +493,25 @@ impl Podman for LibpodClient {
         if let Some(n) = opts.tail {
             path.push_str(&format!("&tail={n}"));
         }
-        let (resp, conn) =
-            open(&self.socket, Method::GET, &path, ReqBody::empty(), None, t).await?;
+        // The deadline covers the answer's head (and an error's body); the
+        // stream itself is the reader's to bound.
+        let (resp, conn) = within(
+            &self.socket,
+            self.timeout,
+            t,
+            open(&self.socket, Method::GET, &path, ReqBody::empty(), None, t),
+        )
+        .await?;
         if !resp.status().is_success() {
             let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| http_error(&self.socket, t, e))?
-                .to_bytes();
+            let body = within(&self.socket, self.timeout, t, async {
+                resp.into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| http_error(&self.socket, t, e))
+            })
+            .await?
+            .to_bytes();
             return Err(self.status_error(status, &body, t));
         }
         let (tx, rx) = mpsc::channel(64);
@@ -523,24 +615,33 @@ impl Podman for LibpodClient {
             start["w"] = w.into();
         }
         let start = start.to_string();
-        let (mut resp, _conn) = open_with(
+        // The deadline covers the answer's head and the upgrade; the
+        // session after it is the caller's.
+        let (mut resp, _conn) = within(
             &self.socket,
-            Method::POST,
-            &path,
-            ReqBody::Full(Some(start.into())),
-            Some("application/json"),
-            true,
+            self.timeout,
             t,
+            open_with(
+                &self.socket,
+                Method::POST,
+                &path,
+                ReqBody::Full(Some(start.into())),
+                Some("application/json"),
+                true,
+                t,
+            ),
         )
         .await?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status();
-            let body = resp
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| http_error(&self.socket, t, e))?
-                .to_bytes();
+            let body = within(&self.socket, self.timeout, t, async {
+                resp.into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| http_error(&self.socket, t, e))
+            })
+            .await?
+            .to_bytes();
             if status.is_success() {
                 return Err(Error::BadResponse {
                     socket: self.socket.clone(),
@@ -552,9 +653,12 @@ impl Podman for LibpodClient {
             return Err(self.status_error(status, &body, t));
         }
         // `_conn` must live until the upgrade has taken the socket over.
-        let upgraded = hyper::upgrade::on(&mut resp)
-            .await
-            .map_err(|e| http_error(&self.socket, t, e))?;
+        let upgraded = within(&self.socket, self.timeout, t, async {
+            hyper::upgrade::on(&mut resp)
+                .await
+                .map_err(|e| http_error(&self.socket, t, e))
+        })
+        .await?;
         Ok(ExecAttach::new(session, exec.tty, TokioIo::new(upgraded)))
     }
 
@@ -631,19 +735,49 @@ fn ctr<'a>(op: &'static str, name: &'a str) -> Target<'a> {
     }
 }
 
-async fn ping_socket(socket: &Path) -> Result<PingInfo> {
+/// `f` within `timeout` (`None`: no deadline), else [`Error::Timeout`]:
+/// `f` is dropped, and with it the request's connection.
+async fn within<T>(
+    socket: &Path,
+    timeout: Option<Duration>,
+    t: Target<'_>,
+    f: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    let Some(after) = timeout else {
+        return f.await;
+    };
+    match tokio::time::timeout(after, f).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!(socket = %socket.display(), op = t.op, target = t.name, ?after, "podman request abandoned at its deadline");
+            Err(Error::Timeout {
+                socket: socket.to_owned(),
+                op: t.op,
+                target: t.name.to_owned(),
+                after,
+            })
+        }
+    }
+}
+
+async fn ping_socket(socket: &Path, timeout: Option<Duration>) -> Result<PingInfo> {
     let t = Target {
         op: "ping",
         kind: ObjectKind::Container,
         name: "",
     };
-    let reply = raw_request(
+    let reply = within(
         socket,
-        Method::GET,
-        &format!("{API_PREFIX}/_ping"),
-        ReqBody::empty(),
-        None,
+        timeout,
         t,
+        raw_request(
+            socket,
+            Method::GET,
+            &format!("{API_PREFIX}/_ping"),
+            ReqBody::empty(),
+            None,
+            t,
+        ),
     )
     .await?;
     if !reply.status.is_success() {

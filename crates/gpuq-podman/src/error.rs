@@ -72,6 +72,25 @@ pub enum Error {
         source: hyper::Error,
     },
 
+    /// Podman did not answer within the request's deadline
+    /// ([`crate::LibpodClient::with_request_timeout`]); the request was
+    /// abandoned and its connection closed.
+    #[error(
+        "podman at {socket} did not answer {op}{} within {after:?}; the request was \
+         abandoned\nHint: is the podman service on that host stopped or hung?",
+        if target.is_empty() { String::new() } else { format!(" {target}") }
+    )]
+    Timeout {
+        /// The socket path.
+        socket: PathBuf,
+        /// The operation.
+        op: &'static str,
+        /// The container or image (may be empty).
+        target: String,
+        /// The deadline that passed.
+        after: std::time::Duration,
+    },
+
     /// `_ping` answered without a `Libpod-API-Version` header: this is not a
     /// libpod socket (a Docker daemon, or something else).
     #[error(
@@ -184,6 +203,11 @@ impl Error {
     /// treat "already gone" as done.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::NotFound { .. })
+    }
+
+    /// Whether Podman did not answer within the request's deadline.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Error::Timeout { .. })
     }
 
     /// Whether this is a configuration error (a bad image pin) rather than a

@@ -42,7 +42,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use body::ImageArchive;
-pub use client::{LibpodClient, DEFAULT_SOCKET};
+pub use client::{LibpodClient, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SOCKET};
 pub use error::{Error, ObjectKind, Result};
 pub use exec::{AttachIo, ExecAttach, ExecOutputReader, ExecStdin};
 pub use image_id::ImageId;
@@ -59,9 +59,10 @@ pub use version::{check_supported, ApiVersion, MIN_API_VERSION};
 ///
 /// Containers are named by name or ID (`container: &str`); images only by
 /// [`ImageId`]. Methods return `Send` futures so a daemon can call them from
-/// spawned tasks; implement them with `async fn`. Nothing here times out on
-/// its own (`container_wait` waits as long as the container runs): wrap calls
-/// in `tokio::time::timeout` where a deadline applies.
+/// spawned tasks; implement them with `async fn`. [`LibpodClient`] gives
+/// each request a deadline (its module documentation says what it covers;
+/// `container_wait` has none: it waits as long as the container runs);
+/// wrap calls in `tokio::time::timeout` where a step needs its own.
 pub trait Podman: Send + Sync {
     /// The libpod API version read from `_ping` when the client connected.
     fn version(&self) -> ApiVersion;

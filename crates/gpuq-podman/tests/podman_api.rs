@@ -1067,3 +1067,98 @@ fn own_hard_memlock() -> u64 {
         hard.parse().expect("number")
     }
 }
+
+/// The sockets this process has open (`socket:[INODE]` fd targets).
+fn open_sockets() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .expect("read /proc/self/fd")
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|t| t.display().to_string())
+        .filter(|t| t.starts_with("socket:"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stopped_podman_service_fails_each_request_at_its_deadline_and_the_connection_is_closed()
+{
+    let Some(svc) = service_or_skip(
+        "a_stopped_podman_service_fails_each_request_at_its_deadline_and_the_connection_is_closed",
+    ) else {
+        return;
+    };
+    let deadline = Duration::from_secs(1);
+    let client = LibpodClient::connect_with_timeout(&svc.socket, Some(deadline))
+        .await
+        .expect("connect");
+    assert_eq!(client.request_timeout(), Some(deadline));
+    client
+        .container_list(&LabelFilter::ours())
+        .await
+        .expect("a list while the service runs");
+    let before = open_sockets();
+    // The service hangs (its socket still accepts: the kernel queues the
+    // connection); SIGCONT on drop, also when the test fails.
+    let frozen = Paused::new(i64::from(svc.pid()));
+    for (what, call) in [
+        (
+            "container list",
+            Box::pin(async {
+                client
+                    .container_list(&LabelFilter::ours())
+                    .await
+                    .map(|_| ())
+            })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = gpuq_podman::Result<()>>>>,
+        ),
+        (
+            "container stop",
+            // The grace is added to the deadline: 1 s + 1 s.
+            Box::pin(async {
+                client
+                    .container_stop("nothing", Duration::from_secs(1))
+                    .await
+            }),
+        ),
+        ("ping", Box::pin(async { client.ping().await.map(|_| ()) })),
+    ] {
+        let t = Instant::now();
+        // The test's own limit: without a deadline in the client the call
+        // would hang here for ever.
+        let r = tokio::time::timeout(Duration::from_secs(20), call)
+            .await
+            .unwrap_or_else(|_| panic!("{what} to a stopped service hung past 20 s"));
+        let took = t.elapsed();
+        let e = r.expect_err(&format!("{what} answered by a stopped service"));
+        assert!(e.is_timeout(), "{what}: {e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains(what) && msg.contains(&svc.socket.display().to_string()),
+            "{msg}"
+        );
+        let want = if what == "container stop" {
+            2 * deadline
+        } else {
+            deadline
+        };
+        assert!(
+            took >= want && took < want + Duration::from_secs(3),
+            "{what} failed after {took:?}, deadline {want:?}"
+        );
+    }
+    // The abandoned connections are closed, not left waiting on the service.
+    let mut left = Vec::new();
+    for _ in 0..50 {
+        left = open_sockets().difference(&before).cloned().collect();
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(left.is_empty(), "connections left open: {left:?}");
+    drop(frozen);
+    // Woken up, the same client works again.
+    client
+        .container_list(&LabelFilter::ours())
+        .await
+        .expect("a list once the service runs again");
+}

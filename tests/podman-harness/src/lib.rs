@@ -186,6 +186,12 @@ impl PodmanService {
         c
     }
 
+    /// The PID of the `podman system service` process (of `unshare` when it
+    /// runs in its own PID namespace).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("child lives until drop").id()
+    }
+
     /// The service's PID (in ours) when it runs under `unshare`: the one
     /// child of the `unshare` we started.
     fn service_pid(&self) -> Option<u32> {
