@@ -16,19 +16,19 @@ mkdir -p /run/mdadm /var/tmp /boot
 for m in $(cat /lib/modules/order); do insmod "/lib/modules/$m" 2>/dev/null; done
 echo 8 > /proc/sys/kernel/printk 2>/dev/null; echo 1 > /proc/sys/kernel/printk
 
-# Wait for the eight NVMe namespaces and the virtio disk.
+# Wait for the nine NVMe namespaces and the virtio disk.
 i=0
 while [ $i -lt 600 ]; do
     n=$(ls -d /sys/block/nvme*n1 2>/dev/null | wc -l)
-    [ "$n" -ge 8 ] && [ -e /sys/block/vda ] && break
+    [ "$n" -ge 9 ] && [ -e /sys/block/vda ] && break
     sleep 0.1; i=$((i + 1))
 done
 
 . /lib/gpuq-guest-lib.sh
 
 N1=$(ns SN-GPUQ-0001) N2=$(ns SN-GPUQ-0002) N3=$(ns SN-GPUQ-0003) N4=$(ns SN-GPUQ-0004)
-N5=$(ns SN-GPUQ-0005) N6=$(ns SN-GPUQ-0006) N7=$(ns SN-GPUQ-0007)
-echo "GPUQ-INFO n1=$N1 n2=$N2 n3=$N3 n4=$N4 n5=$N5 n6=$N6 n7=$N7 device-link=$(readlink /sys/block/$N1/device)"
+N5=$(ns SN-GPUQ-0005) N6=$(ns SN-GPUQ-0006) N7=$(ns SN-GPUQ-0007) N9=$(ns SN-GPUQ-0009)
+echo "GPUQ-INFO n1=$N1 n2=$N2 n3=$N3 n4=$N4 n5=$N5 n6=$N6 n7=$N7 n9=$N9 device-link=$(readlink /sys/block/$N1/device)"
 
 E1='serial = "SN-GPUQ-0001"\npci = "0000:00:10.0"\nnsid = 1'
 cfg inventory "$E1";                                  run inventory "$N1" devices
@@ -52,6 +52,13 @@ cfg os_disk 'serial = "SN-GPUQ-0007"\npci = "0000:00:16.0"'
 run os_disk "$N7" wipe --lease vm-1
 cfg hdd 'serial = "HDD-GPUQ-0001"\npci = "0000:00:18.0"'
 run hdd vda wipe --lease vm-1
+# A drive that ignores deallocate (the host side is QEMU discard=ignore) and
+# holds an ext4 this lease may leave behind: every check passes, BLKDISCARD
+# succeeds, the verifying probe still finds the ext4 -> signature_after_wipe,
+# exit 4; the audit record is printed too.
+cfg ignored_discard 'serial = "SN-GPUQ-0009"\npci = "0000:00:19.0"'
+run ignored_discard "$N9" wipe --lease vm-1 --expect-signature ext4
+show_json ignored_discard_audit /run/jobs/vm-1/wipe-SN-GPUQ-0009.json
 # Last: the real discard on a clean namespace (the host checks its file).
 cfg clean "$E1"
 run clean "$N1" wipe --lease vm-1

@@ -31,3 +31,8 @@ run() { # scenario, device-to-hash, gpuq-node args...
     same=changed; [ "$before" = "$after" ] && same=same
     echo "GPUQ-END $name $rc $same"
 }
+show_json() { # name, file: print a JSON file (an audit record) as a scenario
+    echo "GPUQ-BEGIN $1"
+    cat "$2"
+    echo "GPUQ-END $1 0 same"
+}

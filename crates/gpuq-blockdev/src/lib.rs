@@ -21,6 +21,8 @@
 pub mod audit;
 pub mod checks;
 pub mod config;
+#[cfg(feature = "fault-points")]
+pub mod fault;
 pub mod probe;
 pub mod report;
 pub mod system;

@@ -267,6 +267,7 @@ impl Prepared {
             return;
         };
         let fd = held.fd();
+        fault_point(&self.report, FaultPoint::BeforeDiscard);
         let size = match gpuq_sys::blk::blk_getsize64(fd) {
             Ok(s) => s,
             Err(e) => {
@@ -308,6 +309,7 @@ impl Prepared {
                 return;
             }
         }
+        fault_point(&self.report, FaultPoint::AfterDiscard);
         let after = probe::signatures(fd).map_err(|e| e.to_string());
         let check = match &after {
             Ok(s) if s.is_empty() => {
@@ -337,6 +339,28 @@ impl Prepared {
         self.report.result = DeviceResult::Failed;
     }
 }
+
+/// Test builds only (`fault-points`): run a test's fault hook for this
+/// device; see [`crate::fault`].
+#[cfg(feature = "fault-points")]
+use crate::fault::Point as FaultPoint;
+
+#[cfg(feature = "fault-points")]
+fn fault_point(report: &DeviceReport, point: FaultPoint) {
+    if let Some(d) = &report.device {
+        crate::fault::reached(point, &d.name);
+    }
+}
+
+#[cfg(not(feature = "fault-points"))]
+enum FaultPoint {
+    BeforeDiscard,
+    AfterDiscard,
+}
+
+#[cfg(not(feature = "fault-points"))]
+#[inline(always)]
+fn fault_point(_report: &DeviceReport, _point: FaultPoint) {}
 
 fn new_report(entry: &DeviceEntry) -> DeviceReport {
     DeviceReport {

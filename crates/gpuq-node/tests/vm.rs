@@ -183,6 +183,10 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
     let n7 = image(d, "n7.img", false);
     run_ok("mkfs.ext4", &["-q", "-F", n7.to_str().unwrap()], None);
     let hdd = image(d, "hdd.img", true);
+    // n9: an ext4 on a drive whose host side ignores discards.
+    let n9 = image(d, "n9.img", false);
+    run_ok("mkfs.ext4", &["-q", "-F", n9.to_str().unwrap()], None);
+    let n9_before = (edge_hash(&n9), fs::metadata(&n9).unwrap().blocks());
     let host_before: Vec<(PathBuf, u64)> = [&n2, &n5, &n6, &hdd]
         .iter()
         .map(|p| ((*p).clone(), edge_hash(p)))
@@ -254,6 +258,13 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
         ));
     }
     args.push("-drive".into());
+    args.push(format!(
+        "file={},if=none,id=n9,format=raw,discard=ignore",
+        n9.display()
+    ));
+    args.push("-device".into());
+    args.push("nvme,serial=SN-GPUQ-0009,drive=n9,addr=0x19".into());
+    args.push("-drive".into());
     args.push(format!("file={},if=none,id=h,format=raw", hdd.display()));
     args.push("-device".into());
     args.push("virtio-blk-pci,drive=h,serial=HDD-GPUQ-0001,addr=0x18".into());
@@ -310,6 +321,48 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
         assert_eq!(v["devices"][0]["bytes_discarded"], 0);
     }
     assert!(reasons(&r["partitions"].2).contains(&"foreign_signature".to_string()));
+
+    // A drive that ignores the deallocate: every check passed (ext4 was
+    // expected), BLKDISCARD succeeded, and the verifying probe still found
+    // the ext4, so the wipe fails (exit 4) with signature_after_wipe; the
+    // audit record in the guest says the same.
+    let (code, same, v) = r
+        .get("ignored_discard")
+        .unwrap_or_else(|| panic!("no ignored_discard in:\n{console}"));
+    assert_eq!(*code, 4, "{v:#}");
+    assert_eq!(v["result"], "failed", "{v:#}");
+    let dev = &v["devices"][0];
+    assert_eq!(dev["result"], "failed", "{v:#}");
+    assert_eq!(reasons(v), ["signature_after_wipe"], "{v:#}");
+    assert!(
+        details(v).contains("still found after discard: ext4"),
+        "{v:#}"
+    );
+    assert_eq!(dev["bytes_discarded"], IMG, "{v:#}");
+    assert_eq!(dev["signatures_before"][0]["type"], "ext4", "{v:#}");
+    assert_eq!(dev["signatures_after"][0]["type"], "ext4", "{v:#}");
+    assert_eq!(
+        dev["audit"], "/run/jobs/vm-1/wipe-SN-GPUQ-0009.json",
+        "{v:#}"
+    );
+    // The fault is real: the guest read the same edges back, and the
+    // host's file kept its data and blocks.
+    assert!(
+        *same,
+        "ignored_discard: the drive did not ignore the discard"
+    );
+    assert_eq!(
+        (edge_hash(&n9), fs::metadata(&n9).unwrap().blocks()),
+        n9_before,
+        "n9.img changed although QEMU ignores discards on it"
+    );
+    let (_, _, rec) = r
+        .get("ignored_discard_audit")
+        .unwrap_or_else(|| panic!("no audit record printed in:\n{console}"));
+    assert_eq!(rec["result"], "failed", "{rec:#}");
+    assert_eq!(rec["lease"], "vm-1", "{rec:#}");
+    assert_eq!(rec["refusals"], dev["refusals"], "{rec:#}");
+    assert_eq!(rec["bytes_discarded"], IMG, "{rec:#}");
 
     // Discard + verify on a real NVMe namespace.
     let (code, _, v) = &r["clean"];

@@ -117,10 +117,22 @@ impl LoopDev {
 
     /// Like [`LoopDev::new`] with extra `losetup` options (`-r`).
     pub fn with_losetup_args(size: u64, extra: &[&str]) -> LoopDev {
-        let dir = tempfile::Builder::new()
-            .prefix("gpuq-blk-")
-            .tempdir()
-            .unwrap();
+        Self::build(None, size, extra)
+    }
+
+    /// Like [`LoopDev::new`], its backing file in a new directory under
+    /// `parent` (e.g. on a filesystem another loop device holds).
+    pub fn new_in(parent: &Path, size: u64) -> LoopDev {
+        Self::build(Some(parent), size, &[])
+    }
+
+    fn build(parent: Option<&Path>, size: u64, extra: &[&str]) -> LoopDev {
+        let mut b = tempfile::Builder::new();
+        b.prefix("gpuq-blk-");
+        let dir = match parent {
+            Some(p) => b.tempdir_in(p).unwrap(),
+            None => b.tempdir().unwrap(),
+        };
         let backing = dir.path().join("backing.img");
         let f = File::create(&backing).unwrap();
         f.set_len(size).unwrap();
@@ -172,6 +184,12 @@ impl LoopDev {
     pub fn disable_discard(&mut self) {
         self.discard_disabled = true;
         fs::write(self.sys("queue/discard_max_bytes"), "0").unwrap();
+    }
+
+    /// Note that discard will be turned off on this device by someone else
+    /// (a fault hook writing `discard_max_bytes`): remove it on drop.
+    pub fn expect_discard_disabled(&mut self) {
+        self.discard_disabled = true;
     }
 
     /// Hash of the first and last MiB of the backing file (host side).
