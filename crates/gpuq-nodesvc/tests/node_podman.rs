@@ -9,61 +9,7 @@ use gpuq_podman_harness::{service_or_skip, PodmanService, TestImage};
 use gpuq_protocol::node::{PreflightRequest, StartRequest};
 use std::path::Path;
 
-/// Preflight looks at every process and port of the node's network
-/// namespace — on this machine that would include other tests' (and other
-/// test binaries') DAOS processes. So each test runs as its own node: the
-/// test re-executes itself, alone, in a new network namespace (loopback
-/// only), exactly as the test cluster runs one node per namespace.
-/// Returns true in that child; in the parent it checks the child passed.
-fn as_own_node(test: &str) -> bool {
-    if std::env::var_os("GPUQ_NODE_TEST_CHILD").is_some() {
-        return true;
-    }
-    if !nix_is_root() {
-        gpuq_podman_harness::cannot_run(test, "needs root (network namespace, rootful Podman)");
-        return false;
-    }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new("unshare")
-        .args([
-            "--net",
-            "--",
-            "sh",
-            "-c",
-            "ip link set lo up && exec \"$@\"",
-            "sh",
-        ])
-        .arg(exe)
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("GPUQ_NODE_TEST_CHILD", "1")
-        .output()
-        .expect("run unshare (util-linux)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{test} in its own network namespace failed:\n{text}"
-    );
-    assert!(text.contains("1 passed"), "{test} did not run:\n{text}");
-    eprintln!(
-        "{}",
-        text.lines()
-            .filter(|l| l.contains("SKIP"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    false
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-}
+use gpuq_podman_harness::as_own_node;
 
 struct Node {
     _tmp: tempfile::TempDir,

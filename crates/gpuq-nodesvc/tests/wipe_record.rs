@@ -34,48 +34,7 @@ use gpuq_protocol::node::StartRequest;
 use serde_json::Value;
 use std::path::PathBuf;
 
-/// Re-run `test` alone in a new network namespace (loopback only); true in
-/// that child. Panics when it cannot (not root, no unshare) or the child fails.
-fn as_own_node(test: &str) -> bool {
-    if std::env::var_os("GPUQ_NODE_TEST_CHILD").is_some() {
-        return true;
-    }
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2).map(String::from));
-    assert_eq!(
-        uid.as_deref(),
-        Some("0"),
-        "{test} needs root (network namespace, rootful Podman, loop devices)"
-    );
-    let out = std::process::Command::new("unshare")
-        .args([
-            "--net",
-            "--",
-            "sh",
-            "-c",
-            "ip link set lo up && exec \"$@\"",
-            "sh",
-        ])
-        .arg(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("GPUQ_NODE_TEST_CHILD", "1")
-        .output()
-        .expect("run unshare (util-linux)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "{test} in its own network namespace failed:\n{text}"
-    );
-    assert!(text.contains("1 passed"), "{test} did not run:\n{text}");
-    false
-}
+use gpuq_podman_harness::as_own_node;
 
 /// A server that says what DAOS says when it awaits its format, then idles.
 const SERVER: &str =

@@ -61,6 +61,47 @@ const APPLETS: &[&str] = &[
 
 pub use gpuq_test_skip::cannot_run;
 
+/// Run the calling test as its own storage node: in the parent, re-execute
+/// this test binary for `test` alone in a new network namespace (loopback
+/// up), as the test cluster runs one node per namespace, and check it
+/// passed; return `false` (the parent's test body must return). In that
+/// child, return `true` (run the body). Needs root; otherwise the test
+/// fails with the reason (tests/skip).
+pub fn as_own_node(test: &str) -> bool {
+    if std::env::var_os("GPUQ_NODE_TEST_CHILD").is_some() {
+        return true;
+    }
+    if !is_root() {
+        cannot_run(test, "needs root (network namespace, rootful Podman)");
+        return false;
+    }
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(std::env::current_exe().expect("this test's executable"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("GPUQ_NODE_TEST_CHILD", "1")
+        .output()
+        .expect("run unshare (util-linux)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{test} in its own network namespace failed:\n{text}"
+    );
+    assert!(text.contains("1 passed"), "{test} did not run:\n{text}");
+    false
+}
+
 /// Returns a reason to skip when podman is not installed (CI installs it).
 pub fn skip_reason() -> Option<String> {
     let found = std::env::var_os("PATH")
