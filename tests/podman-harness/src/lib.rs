@@ -102,6 +102,31 @@ pub fn as_own_node(test: &str) -> bool {
     false
 }
 
+/// Run the calling test alone in a process of its own: in the parent,
+/// re-execute this test binary for `test` only and check it passed; return
+/// `false` (the parent's body must return). In that child, return `true`.
+/// For tests that look at the whole process (its open descriptors), which
+/// the other tests of the binary, running in parallel threads, would
+/// otherwise disturb.
+pub fn alone(test: &str) -> bool {
+    if std::env::var_os("GPUQ_TEST_ALONE").is_some() {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("this test's executable"))
+        .args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("GPUQ_TEST_ALONE", "1")
+        .output()
+        .expect("run this test binary again");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{test}, run alone, failed:\n{text}");
+    assert!(text.contains("1 passed"), "{test} did not run:\n{text}");
+    false
+}
+
 /// Returns a reason to skip when podman is not installed (CI installs it).
 pub fn skip_reason() -> Option<String> {
     let found = std::env::var_os("PATH")
