@@ -162,6 +162,9 @@ impl Broker {
                 .unwrap_or_else(|| submit.clone()),
         };
         let control = host.control_config(&lease.lease);
+        // The owner's admin certificate and key (0500, the owner's): the
+        // control config names them at these host paths.
+        let certs = host.user_cert_dir(&lease.lease);
         let agent = host.agent_dir(&lease.lease);
         let image = ImageId::parse(&profile.client_image)
             .map_err(|e| ApiError::Conflict(format!("client image: {e}")))?;
@@ -184,6 +187,7 @@ impl Broker {
             same(&submit),
             same(&agent),
             same(&control).read_only(),
+            same(&certs).read_only(),
             Mount {
                 options: vec!["mode=1777".into()],
                 ..Mount::tmpfs("/tmp")
