@@ -5,9 +5,12 @@
 //! `/var/run/daos_agent`) and answers one request, `get_attach_info`, with
 //! the system name, access points and transport setting — the role the real
 //! agent plays for clients (dRPC GetAttachInfo). `daos` asks the agent found
-//! through `$DAOS_AGENT_DRPC_DIR` (default `/var/run/daos_agent`), then
-//! talks TCP to the access points itself. So a client container needs the
-//! agent's socket dir mounted, as with real DAOS.
+//! through `$DAOS_AGENT_DRPC_DIR` (default `/var/run/daos_agent`), then has
+//! the agent send its request to the access points (`cont_create`): the
+//! agent holds the agent certificate, clients hold none (real DAOS clients
+//! reach the engines over the fabric with credentials the agent signs). So
+//! a client container needs the agent's socket dir mounted, as with real
+//! DAOS.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -22,7 +25,8 @@ use crate::config::{AgentConfig, DEFAULT_PORT};
 use crate::dmg::{print_envelope, system_call, Args};
 use crate::error::{SimError, DER_INVAL};
 use crate::model::{ContCreateResp, DmgResponse};
-use crate::proto::{Request, Wire};
+use crate::proto::{Reply, Request, Wire};
+use crate::tls::{Role, Transport};
 
 pub const SOCKET_NAME: &str = "daos_agent.sock";
 pub const DEFAULT_DIR: &str = "/var/run/daos_agent";
@@ -77,6 +81,8 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
     if let Some(f) = &cfg.log_file {
         crate::model::set_log_file(f);
     }
+    // The agent certificate is read at start: a bad file fails the start.
+    let transport = Transport::load(&cfg.transport_config, Role::Agent)?;
     std::fs::create_dir_all(&dir)
         .map_err(|e| SimError::io(format!("create socket dir {}", dir.display()), e))?;
     let sock = dir.join(SOCKET_NAME);
@@ -122,7 +128,8 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
         for conn in listener.incoming() {
             let Ok(conn) = conn else { continue };
             let info = info.clone();
-            std::thread::spawn(move || serve(conn, &info));
+            let tp = transport.clone();
+            std::thread::spawn(move || serve(conn, &info, &tp));
         }
     });
     while !term.load(Ordering::SeqCst) {
@@ -133,18 +140,74 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
     Ok(0)
 }
 
-fn serve(conn: UnixStream, info: &AttachInfo) {
+/// What a client asks the agent.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+enum AgentRequest {
+    GetAttachInfo,
+    /// Sent on to the access points with the agent's certificate.
+    ContCreate {
+        pool: String,
+        label: String,
+        kind: String,
+    },
+}
+
+fn serve(conn: UnixStream, info: &AttachInfo, tp: &Transport) {
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
     let mut line = String::new();
     if BufReader::new(&conn).read_line(&mut line).is_err() {
         return;
     }
-    let mut out = serde_json::to_vec(info).unwrap_or_default();
+    let mut out = match serde_json::from_str::<AgentRequest>(&line) {
+        Ok(AgentRequest::GetAttachInfo) => serde_json::to_vec(info).unwrap_or_default(),
+        Ok(AgentRequest::ContCreate { pool, label, kind }) => {
+            let wire = Wire {
+                req: Request::ContCreate { pool, label, kind },
+                system: info.system.clone(),
+                insecure: tp.insecure(),
+            };
+            let port = if info.port == 0 {
+                DEFAULT_PORT
+            } else {
+                info.port
+            };
+            let reply = match system_call(
+                &info.access_points,
+                port,
+                &wire,
+                Duration::from_secs(30),
+                tp,
+            ) {
+                Ok(v) => Reply::Ok(v),
+                Err(e) => Reply::Err {
+                    msg: e.to_string(),
+                    status: e.status(),
+                },
+            };
+            serde_json::to_vec(&reply).unwrap_or_default()
+        }
+        Err(e) => serde_json::to_vec(&Reply::Err {
+            msg: format!("bad request to the agent: {e}"),
+            status: DER_INVAL,
+        })
+        .unwrap_or_default(),
+    };
     out.push(b'\n');
     let mut c = &conn;
     let _ = c.write_all(&out);
 }
 
 fn attach_info() -> Result<AttachInfo, SimError> {
+    let line = agent_call(b"{\"op\":\"get_attach_info\"}\n", Duration::from_secs(5))?;
+    serde_json::from_str(&line).map_err(|e| SimError::Protocol {
+        peer: "daos_agent".into(),
+        msg: e.to_string(),
+    })
+}
+
+/// One request line to the agent, its reply line back.
+fn agent_call(req: &[u8], timeout: Duration) -> Result<String, SimError> {
     let dir = std::env::var_os("DAOS_AGENT_DRPC_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
@@ -159,16 +222,11 @@ fn attach_info() -> Result<AttachInfo, SimError> {
         )
     };
     let mut c = UnixStream::connect(&sock).map_err(agent_err)?;
-    c.set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(agent_err)?;
-    c.write_all(b"{\"op\":\"get_attach_info\"}\n")
-        .map_err(agent_err)?;
+    c.set_read_timeout(Some(timeout)).map_err(agent_err)?;
+    c.write_all(req).map_err(agent_err)?;
     let mut line = String::new();
     BufReader::new(&c).read_line(&mut line).map_err(agent_err)?;
-    serde_json::from_str(&line).map_err(|e| SimError::Protocol {
-        peer: sock.display().to_string(),
-        msg: e.to_string(),
-    })
+    Ok(line)
 }
 
 /// `daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX`.
@@ -241,19 +299,18 @@ fn cont_create(args: &Args) -> Result<ContCreateResp, SimError> {
             DER_INVAL,
         ));
     }
-    let wire = Wire {
-        req: Request::ContCreate { pool, label, kind },
-        system: info.system.clone(),
-        insecure: info.insecure,
-    };
-    let port = if info.port == 0 {
-        DEFAULT_PORT
-    } else {
-        info.port
-    };
-    let v = system_call(&info.access_points, port, &wire, Duration::from_secs(30))?;
-    serde_json::from_value(v).map_err(|e| SimError::Protocol {
-        peer: "server".into(),
+    let mut req = serde_json::to_vec(&serde_json::json!({
+        "op": "cont_create", "pool": pool, "label": label, "kind": kind,
+    }))
+    .unwrap_or_default();
+    req.push(b'\n');
+    let line = agent_call(&req, Duration::from_secs(35))?;
+    let proto = |e: serde_json::Error| SimError::Protocol {
+        peer: "daos_agent".into(),
         msg: e.to_string(),
-    })
+    };
+    match serde_json::from_str::<Reply>(&line).map_err(proto)? {
+        Reply::Ok(v) => serde_json::from_value(v).map_err(proto),
+        Reply::Err { msg, status } => Err(SimError::remote(msg, status)),
+    }
 }

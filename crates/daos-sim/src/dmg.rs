@@ -23,6 +23,7 @@ use crate::model::{
     SystemStopResp,
 };
 use crate::proto::{call, Request, Wire};
+use crate::tls::{Role, Transport};
 
 pub const USAGE: &str = "Usage:
   dmg [OPTIONS] <command>
@@ -252,6 +253,7 @@ pub fn system_call(
     port: u16,
     wire: &Wire,
     timeout: Duration,
+    tp: &Transport,
 ) -> Result<serde_json::Value, SimError> {
     let mut last = SimError::Usage("empty hostlist".into());
     for h in cfg_hosts {
@@ -262,7 +264,7 @@ pub fn system_call(
                 continue;
             }
         };
-        match call(addr, wire, timeout) {
+        match call(addr, wire, timeout, tp) {
             Err(e @ SimError::Io { .. }) => last = e,
             other => return other,
         }
@@ -278,6 +280,14 @@ fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, Sim
 }
 
 fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, String), SimError> {
+    // Without -i or allow_insecure, dmg presents the admin certificate
+    // named in its config (DAOS defaults under /etc/daos/certs).
+    let tp = if insecure {
+        Transport::Insecure
+    } else {
+        Transport::load(&cfg.transport_config, Role::Admin)?
+    };
+    let tp = &tp;
     let wire = |req| Wire {
         req,
         system: cfg.name.clone(),
@@ -286,7 +296,13 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
     let long = Duration::from_secs(120);
     match cmd {
         Cmd::SystemQuery => {
-            let v = system_call(&cfg.hostlist, cfg.port, &wire(Request::SystemQuery), long)?;
+            let v = system_call(
+                &cfg.hostlist,
+                cfg.port,
+                &wire(Request::SystemQuery),
+                long,
+                tp,
+            )?;
             let resp: SystemQueryResp = decode(v)?;
             let mut by_state: BTreeMap<String, Vec<u32>> = BTreeMap::new();
             for m in &resp.members {
@@ -308,6 +324,7 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
                 cfg.port,
                 &wire(Request::SystemStop { force }),
                 long,
+                tp,
             )?;
             let resp: SystemStopResp = decode(v)?;
             let mut human = String::from("Rank  Operation Result\n----  --------- ------\n");
@@ -329,7 +346,7 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
                 nranks,
                 nsvc,
             };
-            let v = system_call(&cfg.hostlist, cfg.port, &wire(req), long)?;
+            let v = system_call(&cfg.hostlist, cfg.port, &wire(req), long, tp)?;
             let r: PoolCreateResp = decode(v)?;
             let human = format!(
                 "Pool created with 6.00%,94.00% storage tier ratio\n\
@@ -356,9 +373,10 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
                     let w = wire(Request::Format);
                     let h = h.clone();
                     let port = cfg.port;
+                    let tp = tp.clone();
                     std::thread::spawn(move || {
-                        let r =
-                            resolve(&h, port).and_then(|a| call(a, &w, Duration::from_secs(60)));
+                        let r = resolve(&h, port)
+                            .and_then(|a| call(a, &w, Duration::from_secs(60), &tp));
                         (name, r.and_then(decode::<HostStorage>))
                     })
                 })

@@ -12,7 +12,8 @@
 //!
 //! Modules: [`config`] (strict YAML), [`server`] (daos_server and the
 //! management service), [`dmg`], [`agent`] (daos_agent and daos),
-//! [`proto`] (the simulator's own JSON-lines TCP protocol), [`model`] (the
+//! [`proto`] (the simulator's own JSON-lines TCP protocol), [`tls`] (mutual
+//! TLS on the control port, authorisation by certificate), [`model`] (the
 //! JSON shapes), [`faults`] (fault switches for tests).
 
 pub mod agent;
@@ -23,6 +24,7 @@ pub mod faults;
 pub mod model;
 pub mod proto;
 pub mod server;
+pub mod tls;
 
 pub use error::SimError;
 

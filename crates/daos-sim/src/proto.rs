@@ -4,15 +4,17 @@
 //! (real DAOS speaks gRPC with TLS); only its JSON output imitates DAOS.
 //!
 //! A request is `{"req":{"op":...},"system":NAME,"insecure":BOOL}`; a reply
-//! is `{"ok":VALUE}` or `{"err":{"msg":...,"status":DER}}`.
+//! is `{"ok":VALUE}` or `{"err":{"msg":...,"status":DER}}`. Without
+//! `allow_insecure` both lines travel inside a mutual-TLS session
+//! ([`crate::tls`]).
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::SimError;
+use crate::tls::Transport;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -45,6 +47,20 @@ pub enum Request {
 }
 
 impl Request {
+    /// The request's name in logs and refusals.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::Format => "StorageFormat",
+            Request::SystemQuery => "SystemQuery",
+            Request::SystemStop { .. } => "SystemStop",
+            Request::PoolCreate { .. } => "PoolCreate",
+            Request::ContCreate { .. } => "ContCreate",
+            Request::Join(_) => "Join",
+            Request::EngineStop { .. } => "StopRanks",
+            Request::MemberState { .. } => "ClusterEvent",
+        }
+    }
+
     /// Requests a non-MS server passes on to the management service.
     pub fn is_system_level(&self) -> bool {
         matches!(
@@ -90,15 +106,16 @@ pub enum Reply {
     Err { msg: String, status: i32 },
 }
 
-/// Sends one request and waits up to `timeout` for the reply.
+/// Sends one request over `tp` and waits up to `timeout` for the reply.
 pub fn call(
     addr: SocketAddr,
     wire: &Wire,
     timeout: Duration,
+    tp: &Transport,
 ) -> Result<serde_json::Value, SimError> {
     let peer = addr.to_string();
     let io = |e: std::io::Error| SimError::io(format!("connect to {peer}"), e);
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).map_err(io)?;
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).map_err(io)?;
     s.set_read_timeout(Some(timeout)).map_err(io)?;
     s.set_write_timeout(Some(Duration::from_secs(5)))
         .map_err(io)?;
@@ -107,11 +124,7 @@ pub fn call(
         msg: e.to_string(),
     })?;
     line.push(b'\n');
-    s.write_all(&line).map_err(io)?;
-    let mut reply = String::new();
-    BufReader::new(&s)
-        .read_line(&mut reply)
-        .map_err(|e| SimError::io(format!("read reply from {peer}"), e))?;
+    let reply = tp.exchange(s, &line, &peer)?;
     if reply.is_empty() {
         return Err(SimError::Protocol {
             peer,

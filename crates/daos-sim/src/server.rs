@@ -21,7 +21,7 @@
 //! forwards system-level requests to the MS, so dmg pointed at any server
 //! sees the whole system.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +38,7 @@ use crate::model::{
     RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
 };
 use crate::proto::{call, JoinReq, JoinResp, Reply, Request, Wire};
+use crate::tls::{Accepted, Component, Role, Transport};
 
 /// The message of DAOS's system.ErrUninitialized.
 pub const ERR_UNINITIALIZED: &str = "system is uninitialized (storage format required?)";
@@ -99,6 +100,8 @@ pub struct Server {
     db: Mutex<Option<Db>>,
     shutdown: AtomicBool,
     stop_timeout: Duration,
+    /// The control port's transport (and this server's client side).
+    transport: Transport,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -154,7 +157,7 @@ impl Server {
         Wire {
             req,
             system: self.cfg.name.clone(),
-            insecure: self.cfg.transport_config.allow_insecure,
+            insecure: self.transport.insecure(),
         }
     }
 
@@ -267,6 +270,7 @@ impl Server {
                 self.ms_addr,
                 &self.wire(Request::Join(req)),
                 Duration::from_secs(5),
+                &self.transport,
             )
             .and_then(|v| {
                 serde_json::from_value::<JoinResp>(v).map_err(|e| SimError::Protocol {
@@ -541,8 +545,9 @@ impl Server {
             .map(|(rank, addr)| {
                 let wire = self.wire(Request::EngineStop { force });
                 let timeout = self.stop_timeout;
+                let tp = self.transport.clone();
                 std::thread::spawn(move || {
-                    let r = resolve(&addr, 0).and_then(|a| call(a, &wire, timeout));
+                    let r = resolve(&addr, 0).and_then(|a| call(a, &wire, timeout, &tp));
                     (rank, addr, r)
                 })
             })
@@ -664,12 +669,53 @@ impl Server {
 
     fn handle_conn(self: &Arc<Self>, stream: TcpStream) {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let mut line = String::new();
-        if BufReader::new(&stream).read_line(&mut line).is_err() || line.is_empty() {
-            return;
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(10)));
+        let peer = stream
+            .peer_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_default();
+        match crate::tls::accept(&self.transport, stream) {
+            Accepted::Plain(s) => {
+                if let Some(line) = crate::tls::read_line(&s) {
+                    let mut w = &s;
+                    let _ = w.write_all(&self.answer(&line, None));
+                }
+            }
+            Accepted::PlainOnTls(s) => {
+                // A client without certificates (allow_insecure, or dmg -i):
+                // refused before its request is looked at.
+                if crate::tls::read_line(&s).is_some() {
+                    log(format!("refused a plain (insecure) request from {peer}: this control port requires TLS"));
+                    let reply = Reply::Err {
+                        msg: "transport security mismatch: server allow_insecure=false, client allow_insecure=true \
+                              (this control port requires TLS with a certificate of the system's CA; \
+                              transport_config must match in daos_server.yml, dmg and agent)"
+                            .into(),
+                        status: DER_MISC,
+                    };
+                    let mut out = serde_json::to_vec(&reply).unwrap_or_default();
+                    out.push(b'\n');
+                    let mut w = &s;
+                    let _ = w.write_all(&out);
+                }
+            }
+            Accepted::Tls(mut tls, comp) => {
+                if let Some(line) = crate::tls::read_line(&mut *tls) {
+                    let out = self.answer(&line, Some(comp));
+                    let _ = tls.write_all(&out);
+                    tls.conn.send_close_notify();
+                    let _ = tls.flush();
+                }
+            }
+            Accepted::Drop(why) => log(format!("refused a connection from {peer}: {why}")),
         }
-        let reply = match serde_json::from_str::<Wire>(&line) {
-            Ok(w) => match self.dispatch(w) {
+    }
+
+    /// The reply line to one request line; `comp` is the TLS peer's
+    /// component (`None` on an insecure port).
+    fn answer(self: &Arc<Self>, line: &str, comp: Option<Component>) -> Vec<u8> {
+        let reply = match serde_json::from_str::<Wire>(line) {
+            Ok(w) => match self.dispatch(w, comp) {
                 Ok(v) => Reply::Ok(v),
                 Err(e) => Reply::Err {
                     msg: e.to_string(),
@@ -683,11 +729,14 @@ impl Server {
         };
         let mut out = serde_json::to_vec(&reply).unwrap_or_default();
         out.push(b'\n');
-        let mut s = &stream;
-        let _ = s.write_all(&out);
+        out
     }
 
-    fn dispatch(self: &Arc<Self>, w: Wire) -> Result<serde_json::Value, SimError> {
+    fn dispatch(
+        self: &Arc<Self>,
+        w: Wire,
+        comp: Option<Component>,
+    ) -> Result<serde_json::Value, SimError> {
         if w.system != self.cfg.name {
             return Err(SimError::remote(
                 format!(
@@ -707,6 +756,24 @@ impl Server {
                 DER_MISC,
             ));
         }
+        if let Some(comp) = comp {
+            if !authorized(&w.req, comp) {
+                log(format!(
+                    "refused {} from a peer with certificate CN {:?}",
+                    w.req.name(),
+                    comp.name()
+                ));
+                return Err(SimError::remote(
+                    format!(
+                        "DER_NO_PERM(-1001): permission denied: component {:?} may not call {} \
+                         (the certificate's common name decides, as in DAOS's grpc_authorization.go)",
+                        comp.name(),
+                        w.req.name()
+                    ),
+                    DER_NO_PERM,
+                ));
+            }
+        }
         match w.req {
             Request::Format => {
                 // A failed format is logged here as well as answered: the
@@ -723,10 +790,35 @@ impl Server {
             req => {
                 // Forward to the MS; system stop may wait for slow ranks.
                 let timeout = self.stop_timeout + Duration::from_secs(10);
-                call(self.ms_addr, &self.wire(req), timeout)
+                call(self.ms_addr, &self.wire(req), timeout, &self.transport)
             }
         }
     }
+}
+
+/// DER_NO_PERM.
+pub const DER_NO_PERM: i32 = -1001;
+
+/// What a peer of `comp` may ask (DAOS `security/grpc_authorization.go`,
+/// mapped onto the simulator's requests). A server may ask anything: it
+/// forwards what its own client was authorised for to the management
+/// service, and joins, stops and reports engines. Container create comes
+/// from the agent, which forwards its clients' requests (real DAOS has
+/// the agent sign its clients' credentials).
+pub fn authorized(req: &Request, comp: Component) -> bool {
+    matches!(
+        (req, comp),
+        (_, Component::Server)
+            | (
+                Request::Format
+                    | Request::SystemQuery
+                    | Request::SystemStop { .. }
+                    | Request::PoolCreate { .. }
+                    | Request::ContCreate { .. },
+                Component::Admin,
+            )
+            | (Request::ContCreate { .. }, Component::Agent)
+    )
 }
 
 fn to_value<T: Serialize>(v: &T) -> Result<serde_json::Value, SimError> {
@@ -812,6 +904,9 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
         signal_hook::flag::register(sig, Arc::clone(&term))
             .map_err(|e| SimError::io("install signal handler", e))?;
     }
+    // Certificates are read before the port is opened: a bad file fails
+    // the start, as in DAOS (PreLoadCertData).
+    let transport = Transport::load(&cfg.transport_config, Role::Server)?;
     let listener = TcpListener::bind(("0.0.0.0", cfg.port))
         .map_err(|e| SimError::io(format!("listen on control port {}", cfg.port), e))?;
 
@@ -842,6 +937,7 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
         db: Mutex::new(None),
         shutdown: AtomicBool::new(false),
         stop_timeout,
+        transport,
         ms_addr,
         is_ms,
         md,
@@ -861,10 +957,15 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
         *lock(&server.db) = Some(db);
     }
     log(format!(
-        "daos-sim {} (DAOS control-plane simulator, not DAOS), pid {}: listening on 0.0.0.0:{}, system {:?}, management service {}{}, faults file {}",
+        "daos-sim {} (DAOS control-plane simulator, not DAOS), pid {}: listening on 0.0.0.0:{} ({}), system {:?}, management service {}{}, faults file {}",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         server.cfg.port,
+        if server.transport.insecure() {
+            "insecure"
+        } else {
+            "mutual TLS"
+        },
         server.cfg.name,
         ms_addr,
         if is_ms { " (this server)" } else { "" },
@@ -919,7 +1020,13 @@ pub fn run(config_path: &Path) -> Result<i32, SimError> {
                 let r = if server.is_ms {
                     server.ms_handle(req).map(|_| ())
                 } else {
-                    call(server.ms_addr, &server.wire(req), Duration::from_secs(2)).map(|_| ())
+                    call(
+                        server.ms_addr,
+                        &server.wire(req),
+                        Duration::from_secs(2),
+                        &server.transport,
+                    )
+                    .map(|_| ())
                 };
                 if let Err(e) = r {
                     log(format!("could not tell the management service: {e}"));

@@ -46,7 +46,9 @@ fn system_query_before_format_is_uninitialized_in_dmg_envelope() {
     assert_eq!(code, 1, "dmg exits 1 on failure");
     assert_same_shape(&fixture("system_query_uninitialized.json"), &v, "$");
     assert_eq!(v, fixture("system_query_uninitialized.json"));
-    // A client whose transport setting differs from the servers' is refused.
+    // A client without allow_insecure needs certificates (DAOS's defaults
+    // under /etc/daos/certs here); a TLS client on this insecure port is
+    // refused (tests/tls.rs).
     let secure = c.tmp.path().join("secure.yml");
     let hosts = format!("hostlist: ['127.0.0.1:{}']\n", c.servers[2].port);
     fs::write(&secure, &hosts).unwrap();
@@ -59,7 +61,7 @@ fn system_query_before_format_is_uninitialized_in_dmg_envelope() {
         v["error"]
             .as_str()
             .unwrap()
-            .contains("transport security mismatch"),
+            .contains("certificates are required unless allow_insecure is true"),
         "{v}"
     );
     // ... and so is another system name.

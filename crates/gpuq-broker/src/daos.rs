@@ -15,6 +15,7 @@ use gpuq_lifecycle::host::{Host, HostProfile};
 use gpuq_lifecycle::{Lifecycle, LifecycleError, LocalSteps, Node};
 use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
 use gpuq_podman::ImageId;
+use gpuq_protocol::node::ServerTls;
 use gpuq_protocol::JobId;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -191,6 +192,7 @@ impl Daos {
             profile: profile.to_string(),
             replicas,
             deadlines: self.cfg.deadlines,
+            tls: None,
         }
     }
 
@@ -277,7 +279,7 @@ impl Daos {
             self.links.links().len(),
             t.elapsed().as_secs_f64()
         ));
-        let lc = self.lifecycle(profile);
+        let mut lc = self.lifecycle(profile);
         host.check_stop()?;
         let mut l = lc
             .preflight(lease, owner, local)
@@ -289,6 +291,17 @@ impl Daos {
                 t.elapsed().as_secs_f64()
             ));
         };
+        // The lease's own certificates (issue #13, item 5): its CA's key
+        // lives only in this function. The nodes get the server's, cxl2's
+        // admin and agent containers theirs, the job's owner the admin's.
+        let certs = gpuq_leasecert::LeaseCerts::generate(lease).map_err(|e| e.to_string())?;
+        lc.tls = Some(ServerTls {
+            ca_cert: certs.ca_cert.clone(),
+            cert: certs.server.cert.clone(),
+            key: certs.server.key.clone(),
+            agent_cert: certs.agent.cert.clone(),
+        });
+        let owner_uid = local.log.as_ref().map_or(0, |l| l.uid);
         // The admin container (this host) comes up while the nodes start
         // their servers.
         let t = std::time::Instant::now();
@@ -296,7 +309,7 @@ impl Daos {
         // node does one step at a time, so the cleanup's stop waits for them.
         let (started, admin) = tokio::join!(
             unless_stopped(host, lc.start_servers(&mut l, local)),
-            host.prepare_admin(lease)
+            host.prepare_admin(lease, &certs, owner_uid)
         );
         let awaiting_format = match started.and_then(|r| r.map_err(|e| e.to_string())) {
             Ok(a) => a,

@@ -239,6 +239,9 @@ impl Broker {
         // above before anything is mounted (what is mounted must not change).
         crate::broker::crash_point("exec_checked");
         let control = host.control_config(&lease.lease);
+        // The owner's admin certificate and key (0500, the owner's): the
+        // control config names them at these host paths.
+        let certs = host.user_cert_dir(&lease.lease);
         let agent = host.agent_dir(&lease.lease);
         let image = ImageId::parse(&profile.client_image)
             .map_err(|e| ApiError::Conflict(format!("client image: {e}")))?;
@@ -279,6 +282,7 @@ impl Broker {
             bind(&submit_src, &submit),
             same(&agent),
             same(&control).read_only(),
+            same(&certs).read_only(),
             Mount {
                 options: vec!["mode=1777".into()],
                 ..Mount::tmpfs("/tmp")

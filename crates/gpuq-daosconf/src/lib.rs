@@ -86,6 +86,11 @@ pub struct ServerConfig {
     /// The server's fault domain, e.g. `/da1`. DAOS derives it from the
     /// hostname when absent; set it where hosts share one hostname.
     pub fault_path: Option<String>,
+    /// Where the server finds its lease's certificates (`daosCA.crt`,
+    /// `server.crt`, `server.key`, `clients/`) inside its container:
+    /// `transport_config` then requires mutual TLS. `None`:
+    /// `allow_insecure: true`.
+    pub cert_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -180,6 +185,9 @@ impl ServerConfig {
             return Err(RenderError::Shape("port 0 is not a control port".into()));
         }
         path("control_metadata", &self.control_metadata)?;
+        if let Some(d) = &self.cert_dir {
+            path("cert_dir", d)?;
+        }
         if let Some(fp) = &self.fault_path {
             path("fault_path", fp)?;
         }
@@ -253,7 +261,19 @@ impl ServerConfig {
         };
         let _ = writeln!(y, "{key}: {}", list(&self.replicas));
         let _ = writeln!(y, "provider: {}", self.provider);
-        let _ = writeln!(y, "transport_config:\n  allow_insecure: true");
+        match &self.cert_dir {
+            // DAOS's keys (security/config.go); client_cert_dir holds the
+            // agent's certificate (utils/config/daos_server.yml).
+            Some(d) => {
+                let _ = writeln!(
+                    y,
+                    "transport_config:\n  allow_insecure: false\n  client_cert_dir: {d}/clients\n  ca_cert: {d}/daosCA.crt\n  cert: {d}/server.crt\n  key: {d}/server.key"
+                );
+            }
+            None => {
+                let _ = writeln!(y, "transport_config:\n  allow_insecure: true");
+            }
+        }
         let _ = writeln!(y, "control_metadata:\n  path: {}", self.control_metadata);
         let _ = writeln!(y, "disable_vfio: true");
         if let Some(fp) = &self.fault_path {
@@ -318,7 +338,28 @@ mod tests {
             disable_hugepages: false,
             allow_thp: false,
             fault_path: None,
+            cert_dir: None,
         }
+    }
+
+    #[test]
+    fn a_cert_dir_turns_on_mutual_tls() {
+        let y = cfg(DaosVersion::V2_8).render().unwrap();
+        assert!(
+            y.contains("transport_config:\n  allow_insecure: true\n"),
+            "{y}"
+        );
+        let mut c = cfg(DaosVersion::V2_8);
+        c.cert_dir = Some("/etc/daos/certs".into());
+        let y = c.render().unwrap();
+        assert!(
+            y.contains(
+                "transport_config:\n  allow_insecure: false\n  client_cert_dir: /etc/daos/certs/clients\n  ca_cert: /etc/daos/certs/daosCA.crt\n  cert: /etc/daos/certs/server.crt\n  key: /etc/daos/certs/server.key\n"
+            ),
+            "{y}"
+        );
+        c.cert_dir = Some("/etc/daos/certs\nallow_insecure: true".into());
+        assert!(c.render().is_err());
     }
 
     #[test]

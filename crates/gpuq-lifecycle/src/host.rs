@@ -4,10 +4,22 @@
 //!
 //! Every container is created from the profile's pinned image ID and
 //! labelled with the lease and its role, so cleanup finds exactly this
-//! lease's containers and nothing else. Files of a lease (the control and
-//! agent configs, the agent's socket directory) live under
-//! `<run_dir>/<lease>/`, which cleanup removes.
+//! lease's containers and nothing else. Files of a lease live under
+//! `<run_dir>/<lease>/` (0755 root), which cleanup removes:
+//!
+//! | path | owner, mode | what | mounted in |
+//! | --- | --- | --- | --- |
+//! | `daos_control.yml` | root 0644 | the job's dmg config (`DAOS_CONTROL_CONFIG`): names the files in `user/` | client containers (same path, read-only) |
+//! | `user/` | the job's owner, 0500 | `daosCA.crt`, `admin.crt` (0444), `admin.key` (0400) | client containers (same path, read-only) |
+//! | `admin/` | root 0700 | `daos_control.yml`, `daosCA.crt`, `admin.crt`, `admin.key` (0400) | the admin container at `/etc/daos` (read-only) |
+//! | `agent-etc/` | root 0700 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
+//! | `agent/` | root 0755 | the agent's socket | agent and client containers |
+//!
+//! The certificates are the lease's own (gpuq-leasecert): no other user
+//! can enter `user/`, so no other user's dmg can present the admin
+//! certificate to this lease's servers.
 
+use gpuq_leasecert::LeaseCerts;
 use gpuq_podman::{
     lease_labels, ContainerSpec, ExecSpec, ImageId, LabelFilter, LibpodClient, LogStream, Mount,
     Namespace, Podman, Role,
@@ -55,6 +67,7 @@ pub struct Host {
     client: std::sync::Arc<tokio::sync::OnceCell<LibpodClient>>,
 }
 
+const ETC_IN: &str = "/etc/daos";
 const CONTROL_IN: &str = "/etc/daos/daos_control.yml";
 const AGENT_CONF_IN: &str = "/etc/daos/daos_agent.yml";
 const AGENT_DIR_IN: &str = "/var/run/daos_agent";
@@ -88,6 +101,10 @@ impl Host {
     /// The control config on the host (for `DAOS_CONTROL_CONFIG`).
     pub fn control_config(&self, lease: &str) -> PathBuf {
         self.lease_dir(lease).join("daos_control.yml")
+    }
+    /// The job owner's copy of the admin certificate and key.
+    pub fn user_cert_dir(&self, lease: &str) -> PathBuf {
+        self.lease_dir(lease).join("user")
     }
     /// The agent's socket directory on the host (for `DAOS_AGENT_DRPC_DIR`).
     pub fn agent_dir(&self, lease: &str) -> PathBuf {
@@ -158,9 +175,15 @@ impl Host {
             .map_err(|e| format!("local Podman ({}): {e}", self.podman_socket.display()))
     }
 
-    /// Write the lease's control and agent configs (readable by the job's
-    /// user: the client containers mount them) and its agent directory.
-    pub fn write_files(&self, lease: &str) -> Result<(), String> {
+    /// Write the lease's control and agent configs, its certificates (the
+    /// admin key for the job's owner `owner_uid` only) and its agent
+    /// directory; see the module's table.
+    pub fn write_files(
+        &self,
+        lease: &str,
+        certs: &LeaseCerts,
+        owner_uid: u32,
+    ) -> Result<(), String> {
         let dir = self.lease_dir(lease);
         let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
         if !self.run_dir.exists() {
@@ -176,23 +199,80 @@ impl Host {
         }
         set_mode(&dir, 0o755).map_err(|e| io(&dir, e))?;
         let p = &self.profile;
-        let control = format!(
-            "# Written by gpuq-broker for lease {lease}.\nname: {}\nport: {}\nhostlist: {}\ntransport_config:\n  allow_insecure: true\n",
-            p.system,
-            p.port,
-            yaml_list(&p.nodes.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>())
-        );
-        gpuq_durable::write_atomic(&self.control_config(lease), control.as_bytes(), 0o644)
-            .map_err(|e| io(&self.control_config(lease), e))?;
+        let transport = |d: &str, who: &str| {
+            format!(
+                "transport_config:\n  allow_insecure: false\n  ca_cert: {d}/daosCA.crt\n  cert: {d}/{who}.crt\n  key: {d}/{who}.key\n"
+            )
+        };
+        let control = |d: &str| {
+            format!(
+                "# Written by gpuq-broker for lease {lease}.\nname: {}\nport: {}\nhostlist: {}\n{}",
+                p.system,
+                p.port,
+                yaml_list(&p.nodes.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>()),
+                transport(d, "admin")
+            )
+        };
         let agent = format!(
-            "# Written by gpuq-broker for lease {lease}.\nname: {}\naccess_points: {}\nport: {}\ntransport_config:\n  allow_insecure: true\nruntime_dir: {AGENT_DIR_IN}\n",
+            "# Written by gpuq-broker for lease {lease}.\nname: {}\naccess_points: {}\nport: {}\n{}runtime_dir: {AGENT_DIR_IN}\n",
             p.system,
             yaml_list(&p.access_points),
-            p.port
+            p.port,
+            transport(ETC_IN, "agent")
         );
-        let agent_conf = dir.join("daos_agent.yml");
-        gpuq_durable::write_atomic(&agent_conf, agent.as_bytes(), 0o644)
-            .map_err(|e| io(&agent_conf, e))?;
+        let user = self.user_cert_dir(lease);
+        let admin_control = control(ETC_IN);
+        use gpuq_leasecert::{CERT_MODE, KEY_MODE};
+        // A directory left by an earlier attempt is replaced (its parent is
+        // root's: nobody else can have put anything in its place).
+        for (sub, files, owner, mode) in [
+            (
+                "user",
+                vec![
+                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
+                    file("admin.crt", certs.admin.cert.as_bytes(), CERT_MODE),
+                    file("admin.key", certs.admin.key.as_bytes(), KEY_MODE),
+                ],
+                (owner_uid, 0),
+                0o500,
+            ),
+            (
+                "admin",
+                vec![
+                    file("daos_control.yml", admin_control.as_bytes(), 0o444),
+                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
+                    file("admin.crt", certs.admin.cert.as_bytes(), CERT_MODE),
+                    file("admin.key", certs.admin.key.as_bytes(), KEY_MODE),
+                ],
+                (0, 0),
+                0o700,
+            ),
+            (
+                "agent-etc",
+                vec![
+                    file("daos_agent.yml", agent.as_bytes(), 0o444),
+                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
+                    file("agent.crt", certs.agent.cert.as_bytes(), CERT_MODE),
+                    file("agent.key", certs.agent.key.as_bytes(), KEY_MODE),
+                ],
+                (0, 0),
+                0o700,
+            ),
+        ] {
+            let d = dir.join(sub);
+            match std::fs::remove_dir_all(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&d, e)),
+            }
+            gpuq_leasecert::install(&d, &files, owner, mode).map_err(|e| e.to_string())?;
+        }
+        gpuq_durable::write_atomic(
+            &self.control_config(lease),
+            control(&user.display().to_string()).as_bytes(),
+            0o644,
+        )
+        .map_err(|e| io(&self.control_config(lease), e))?;
         let ad = self.agent_dir(lease);
         match std::fs::create_dir(&ad) {
             Ok(()) => {}
@@ -219,11 +299,6 @@ impl Host {
         spec.network = Namespace::Host;
         spec.cap_drop = vec!["ALL".into()];
         spec.no_new_privileges = true;
-        spec.mounts =
-            vec![
-                Mount::bind(self.control_config(lease).display().to_string(), CONTROL_IN)
-                    .read_only(),
-            ];
         spec
     }
 
@@ -235,6 +310,12 @@ impl Host {
             Ok(_) => {}
             Err(e) if e.is_not_found() => {
                 let mut spec = self.base_spec(name.clone(), lease, Role::Admin);
+                // The admin's config and certificates (root's, 0700).
+                spec.mounts = vec![Mount::bind(
+                    self.lease_dir(lease).join("admin").display().to_string(),
+                    ETC_IN,
+                )
+                .read_only()];
                 // Neither image has an entrypoint: the command is the program.
                 spec.command = vec!["sleep".into(), "2147483647".into()];
                 pm.container_create(&spec)
@@ -251,9 +332,14 @@ impl Host {
 
     /// Write the lease's files and create and start its admin container
     /// (while the servers start: it does not need them).
-    pub async fn prepare_admin(&self, lease: &str) -> Result<String, String> {
+    pub async fn prepare_admin(
+        &self,
+        lease: &str,
+        certs: &LeaseCerts,
+        owner_uid: u32,
+    ) -> Result<String, String> {
         self.check_stop()?;
-        self.write_files(lease)?;
+        self.write_files(lease, certs, owner_uid)?;
         let pm = self.podman().await?;
         self.admin(&pm, lease).await
     }
@@ -394,13 +480,14 @@ impl Host {
             "-s".into(),
             AGENT_DIR_IN.into(),
         ];
+        // Its config and the agent certificate (root's, 0700).
         spec.mounts.push(
             Mount::bind(
                 self.lease_dir(lease)
-                    .join("daos_agent.yml")
+                    .join("agent-etc")
                     .display()
                     .to_string(),
-                AGENT_CONF_IN,
+                ETC_IN,
             )
             .read_only(),
         );
@@ -765,6 +852,10 @@ fn one_line(s: &str) -> String {
 
 fn short(id: &str) -> String {
     id.chars().take(12).collect()
+}
+
+fn file<'a>(name: &'a str, bytes: &'a [u8], mode: u32) -> gpuq_leasecert::File<'a> {
+    gpuq_leasecert::File { name, bytes, mode }
 }
 
 fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {

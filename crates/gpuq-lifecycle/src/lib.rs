@@ -17,7 +17,7 @@ pub mod host;
 use gpuq_client::{Client, ClientError};
 use gpuq_lease::{CleanupStep, Lease, LeaseError, LeaseStore, Phase};
 use gpuq_protocol::node::{
-    PreflightReport, PreflightRequest, StartReport, StartRequest, StepReport,
+    PreflightReport, PreflightRequest, ServerTls, StartReport, StartRequest, StepReport,
 };
 use hyper::Method;
 use std::path::PathBuf;
@@ -189,6 +189,10 @@ pub struct Lifecycle {
     pub replicas: Vec<String>,
     /// Each step's deadline.
     pub deadlines: Deadlines,
+    /// The lease's server certificate, key, CA and agent certificate,
+    /// passed to every node's start (its control port then requires mutual
+    /// TLS); see gpuq-leasecert.
+    pub tls: Option<ServerTls>,
 }
 
 impl Lifecycle {
@@ -300,6 +304,7 @@ impl Lifecycle {
         let start = StartRequest {
             profile: self.profile.clone(),
             replicas: self.replicas.clone(),
+            tls: self.tls.clone(),
         };
         let path = format!("/v1/leases/{lease}/start");
         let deadline = self.deadlines.start;

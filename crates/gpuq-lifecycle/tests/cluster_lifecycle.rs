@@ -24,6 +24,7 @@ fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
     let (store, held) = LeaseStore::open(state, 0).unwrap();
     assert!(held.is_none());
     Lifecycle {
+        tls: None,
         store,
         nodes: NODES
             .iter()

@@ -37,7 +37,7 @@ use gpuq_podman::{
 };
 use gpuq_protocol::node::{
     valid_lease, Finding, LeaseDevice, LeaseMode, NodeLease, NodeStatus, OurContainer, PinStatus,
-    PreflightReport, PreflightRequest, StartReport, StartRequest, StepReport,
+    PreflightReport, PreflightRequest, ServerTls, StartReport, StartRequest, StepReport,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -508,13 +508,18 @@ impl<P: Podman> NodeService<P> {
             // One fault domain per node, named after it: the test cluster's
             // nodes share one hostname, and a site's names are clearer anyway.
             fault_path: Some(format!("/{}", self.node_name())),
+            cert_dir: req.tls.as_ref().map(|_| CERTS_IN.to_string()),
         }
         .render()
         .map_err(|e| NodeError::BadRequest(e.to_string()))?;
         let config_path = lease_dir.join("daos_server.yml");
         gpuq_durable::write_atomic(&config_path, yaml.as_bytes(), 0o644)
             .map_err(io("write daos_server.yml"))?;
-        let spec = server_spec(lease, &profile, &config_path, &data_dir);
+        let certs = match &req.tls {
+            Some(tls) => Some(write_server_certs(&lease_dir, tls)?),
+            None => None,
+        };
+        let spec = server_spec(lease, &profile, &config_path, &data_dir, certs.as_deref());
         let result = async {
             let id = self.podman.container_create(&spec).await?;
             self.podman.container_start(&id).await?;
@@ -723,12 +728,14 @@ impl<P: Podman> NodeService<P> {
         };
         let detail = match plan {
             Plan::Nothing => {
+                // A repeat after a wipe cut short before its end.
+                remove_server_certs(&lease_dir)?;
                 return Ok(StepReport {
                     node: self.node_name().to_string(),
                     lease: lease.to_string(),
                     already_done: true,
                     detail: "nothing of this lease is left on this node".into(),
-                })
+                });
             }
             Plan::Physical { devices, meta_dir } => {
                 let node = gpuq_blockdev::NodeConfig {
@@ -765,6 +772,8 @@ impl<P: Podman> NodeService<P> {
                 format!("removed {}", dir.display())
             }
         };
+        // The lease's certificates go with its data (the audit stays).
+        remove_server_certs(&lease_dir)?;
         audit::append(&lease_dir, "wipe", "ok", &detail).map_err(io("audit"))?;
         self.release_record()?;
         audit::append(&lease_dir, "release", "ok", "node lease record removed")
@@ -794,8 +803,49 @@ impl<P: Podman> NodeService<P> {
     }
 }
 
+/// Where the server container sees its lease's certificates.
+const CERTS_IN: &str = "/etc/daos/certs";
+
+/// The lease's certificates for this node's server, in `<lease_dir>/certs/`
+/// (0700 root): `daosCA.crt`, `server.crt` (0444), `server.key` (0400: DAOS
+/// refuses more), `clients/agent.crt`. A directory left by an earlier start
+/// of the same lease is replaced. The wipe removes it.
+fn write_server_certs(lease_dir: &Path, tls: &ServerTls) -> Result<PathBuf, NodeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = lease_dir.join("certs");
+    remove_dir_within(&dir, lease_dir)?;
+    let mkdir = |d: &Path| {
+        std::fs::create_dir(d)
+            .and_then(|()| std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700)))
+            .map_err(io(format!("create {}", d.display())))
+    };
+    mkdir(&dir)?;
+    mkdir(&dir.join("clients"))?;
+    for (name, body, mode) in [
+        ("daosCA.crt", &tls.ca_cert, 0o444),
+        ("server.crt", &tls.cert, 0o444),
+        ("server.key", &tls.key, 0o400),
+        ("clients/agent.crt", &tls.agent_cert, 0o444),
+    ] {
+        gpuq_durable::write_atomic(&dir.join(name), body.as_bytes(), mode)
+            .map_err(io(format!("write {name}")))?;
+    }
+    Ok(dir)
+}
+
+/// Remove the lease's certificates from its (kept) lease directory.
+fn remove_server_certs(lease_dir: &Path) -> Result<(), NodeError> {
+    remove_dir_within(&lease_dir.join("certs"), lease_dir)
+}
+
 /// The server container for `lease` under profile `p`.
-fn server_spec(lease: &str, p: &Profile, config: &Path, data: &Path) -> ContainerSpec {
+fn server_spec(
+    lease: &str,
+    p: &Profile,
+    config: &Path,
+    data: &Path,
+    certs: Option<&Path>,
+) -> ContainerSpec {
     let mut spec = ContainerSpec::new(server_name(lease), p.image.clone());
     spec.labels = lease_labels(lease, Role::Server);
     spec.command = p.command.clone();
@@ -812,6 +862,9 @@ fn server_spec(lease: &str, p: &Profile, config: &Path, data: &Path) -> Containe
         // Same path inside and out: the rendered config names host paths.
         bind(data, &data.display().to_string(), &["rw"]),
     ];
+    if let Some(c) = certs {
+        spec.mounts.push(bind(c, CERTS_IN, &["ro"]));
+    }
     // Podman stops applying containers.conf's ulimits once a spec sets
     // any rlimit, so both are explicit.
     spec.rlimits = vec![
@@ -944,6 +997,7 @@ mod tests {
             &profile(Mode::Physical),
             Path::new("/j/L1/daos_server.yml"),
             Path::new("/j/L1/control_meta"),
+            None,
         );
         assert!(s.privileged);
         assert_eq!(
@@ -997,6 +1051,7 @@ mod tests {
             &profile(Mode::Test),
             Path::new("/j/L1/daos_server.yml"),
             Path::new("/t/L1"),
+            None,
         );
         assert!(!s.privileged);
         assert_eq!(

@@ -77,6 +77,7 @@ fn start_req() -> StartRequest {
     StartRequest {
         profile: "test".into(),
         replicas: vec!["da1".into()],
+        tls: None,
     }
 }
 

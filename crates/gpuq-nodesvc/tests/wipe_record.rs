@@ -150,6 +150,7 @@ fn req(profile: &str) -> StartRequest {
     StartRequest {
         profile: profile.into(),
         replicas: vec!["da1".into()],
+        tls: None,
     }
 }
 

@@ -143,6 +143,33 @@ pub struct StartRequest {
     pub profile: String,
     /// Host names of the management-service replicas (1 or 3).
     pub replicas: Vec<String>,
+    /// The lease's certificates for this node's server (the control port
+    /// then requires mutual TLS). Absent: `allow_insecure: true` (an older
+    /// broker; gpuq's own broker always sends them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<ServerTls>,
+}
+
+/// What a node's server needs of its lease's certificates (PEM). The
+/// lease's CA key is not among them: it never leaves the broker's memory.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTls {
+    /// `daosCA.crt`.
+    pub ca_cert: String,
+    /// `server.crt`.
+    pub cert: String,
+    /// `server.key`.
+    pub key: String,
+    /// `agent.crt`, for `client_cert_dir`.
+    pub agent_cert: String,
+}
+
+impl std::fmt::Debug for ServerTls {
+    // Never print the key (logs, panics).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerTls { ca_cert, cert, key: <private>, agent_cert }")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

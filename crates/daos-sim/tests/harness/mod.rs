@@ -58,7 +58,7 @@ pub fn server_yml(
 port: {port}
 mgmt_svc_replicas: ['127.0.0.1:{ms_port}']
 provider: ofi+tcp
-transport_config: {{allow_insecure: true}}
+transport_config: {transport}
 control_metadata: {{path: {md}}}
 control_log_file: {log}
 disable_vfio: true
@@ -77,12 +77,63 @@ engines:
         bdev = bdev.display(),
         n = idx + 1,
         fport = 31416 + idx,
+        transport = "{allow_insecure: true}",
     )
+}
+
+/// One lease's certificates (gpuq-leasecert) written under `dir` with
+/// DAOS's modes: `daosCA.crt`, `server.*`, `admin.*`, `agent.*` and an empty
+/// `clients/`. Returns the transport_config lines for server, dmg, agent.
+pub fn write_lease_certs(dir: &Path, lease: &str) -> [String; 3] {
+    use std::os::unix::fs::PermissionsExt;
+    let c = gpuq_leasecert::LeaseCerts::generate(lease).unwrap();
+    fs::create_dir_all(dir.join("clients")).unwrap();
+    let put = |name: &str, body: &str, mode: u32| {
+        let p = dir.join(name);
+        fs::write(&p, body).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    put("daosCA.crt", &c.ca_cert, 0o444);
+    for (n, ck) in [
+        ("server", &c.server),
+        ("admin", &c.admin),
+        ("agent", &c.agent),
+    ] {
+        put(&format!("{n}.crt"), &ck.cert, 0o444);
+        put(&format!("{n}.key"), &ck.key, 0o400);
+    }
+    let d = dir.display();
+    let tc = |who: &str, extra: &str| {
+        format!(
+            "{{allow_insecure: false, ca_cert: {d}/daosCA.crt, cert: {d}/{who}.crt, key: {d}/{who}.key{extra}}}"
+        )
+    };
+    [
+        tc("server", &format!(", client_cert_dir: {d}/clients")),
+        tc("admin", ""),
+        tc("agent", ""),
+    ]
 }
 
 impl Cluster {
     /// Writes configs for `n` servers (not started).
     pub fn new(n: usize) -> Self {
+        Self::with_transport(n, None)
+    }
+
+    /// `n` servers requiring mutual TLS with one lease's certificates
+    /// (under `<tmp>/certs`); the cluster's control.yml presents the admin
+    /// certificate. Started.
+    pub fn start_tls(n: usize) -> Self {
+        let mut c = Self::with_transport(n, Some("lease-a"));
+        for i in 0..n {
+            c.start_server(i);
+        }
+        c.wait_listening();
+        c
+    }
+
+    fn with_transport(n: usize, lease: Option<&str>) -> Self {
         let tmp = tempfile::Builder::new()
             .prefix("daos-sim-test")
             .tempdir()
@@ -93,6 +144,10 @@ impl Cluster {
             std::os::unix::fs::symlink(BIN, bin.join(name)).unwrap();
         }
         let ports = free_ports(n);
+        let tcs = lease.map(|l| write_lease_certs(&tmp.path().join("certs"), l));
+        let insecure = "{allow_insecure: true}".to_string();
+        let server_tc = tcs.as_ref().map_or(insecure.clone(), |t| t[0].clone());
+        let control_tc = tcs.as_ref().map_or(insecure, |t| t[1].clone());
         let servers: Vec<Server> = ports
             .iter()
             .enumerate()
@@ -104,7 +159,10 @@ impl Cluster {
                 let cfg = dir.join("daos_server.yml");
                 fs::write(
                     &cfg,
-                    server_yml("daos_server", port, ports[0], i, &md, &bdev),
+                    server_yml("daos_server", port, ports[0], i, &md, &bdev).replace(
+                        "transport_config: {allow_insecure: true}",
+                        &format!("transport_config: {server_tc}"),
+                    ),
                 )
                 .unwrap();
                 Server {
@@ -124,7 +182,7 @@ impl Cluster {
         fs::write(
             &control,
             format!(
-                "name: daos_server\nport: 10001\nhostlist: [{}]\ntransport_config: {{allow_insecure: true}}\n",
+                "name: daos_server\nport: 10001\nhostlist: [{}]\ntransport_config: {control_tc}\n",
                 hosts.join(", ")
             ),
         )
