@@ -307,7 +307,10 @@ mod tests {
         let below = w.join("state");
         let e = secure_state_dir(&below).unwrap_err().to_string();
         assert!(e.contains("writable by group or others"), "{e}");
-        assert!(!below.exists(), "nothing made below a parent others may write");
+        assert!(
+            !below.exists(),
+            "nothing made below a parent others may write"
+        );
         // Owned by another user.
         let o = t.path().join("o");
         std::fs::create_dir(&o).unwrap();

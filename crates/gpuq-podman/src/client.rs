@@ -504,14 +504,7 @@ impl Podman for LibpodClient {
         .await?;
         if !resp.status().is_success() {
             let status = resp.status();
-            let body = within(&self.socket, self.timeout, t, async {
-                resp.into_body()
-                    .collect()
-                    .await
-                    .map_err(|e| http_error(&self.socket, t, e))
-            })
-            .await?
-            .to_bytes();
+            let body = self.read_error_body(resp, t).await?;
             return Err(self.status_error(status, &body, t));
         }
         let (tx, rx) = mpsc::channel(64);
@@ -634,14 +627,7 @@ impl Podman for LibpodClient {
         .await?;
         if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
             let status = resp.status();
-            let body = within(&self.socket, self.timeout, t, async {
-                resp.into_body()
-                    .collect()
-                    .await
-                    .map_err(|e| http_error(&self.socket, t, e))
-            })
-            .await?
-            .to_bytes();
+            let body = self.read_error_body(resp, t).await?;
             if status.is_success() {
                 return Err(Error::BadResponse {
                     socket: self.socket.clone(),
@@ -737,6 +723,21 @@ fn ctr<'a>(op: &'static str, name: &'a str) -> Target<'a> {
 
 /// `f` within `timeout` (`None`: no deadline), else [`Error::Timeout`]:
 /// `f` is dropped, and with it the request's connection.
+impl LibpodClient {
+    /// The body of a response that is not the one asked for (an error
+    /// answer of a stream or upgrade request), read within the deadline.
+    async fn read_error_body(&self, resp: Response<Incoming>, t: Target<'_>) -> Result<Bytes> {
+        within(&self.socket, self.timeout, t, async {
+            resp.into_body()
+                .collect()
+                .await
+                .map_err(|e| http_error(&self.socket, t, e))
+        })
+        .await
+        .map(|b| b.to_bytes())
+    }
+}
+
 async fn within<T>(
     socket: &Path,
     timeout: Option<Duration>,
