@@ -207,7 +207,7 @@ impl Manifest {
             }
         }
         for e in &mut files {
-            e.config = config.iter().any(|c| *c == e.path);
+            e.config = config.contains(&e.path);
         }
         Ok(Manifest {
             format: FORMAT,
