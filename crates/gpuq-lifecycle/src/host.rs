@@ -622,7 +622,13 @@ impl Host {
     /// confirms. The admin container stays for [`Host::remove_admin`].
     pub async fn system_stop(&self, lease: &str) -> Result<String, String> {
         if !self.control_config(lease).exists() {
-            return Ok("no control config: the system was never set up".into());
+            // Never set up — or cxl2 restarted since: `run_dir` is under
+            // /run, and with it went the admin certificate `dmg` needs. The
+            // nodes' server stop that follows stops and confirms anyway.
+            return Ok(format!(
+                "no control config at {} (the system was never set up, or this host restarted                  since); the nodes' server stop confirms",
+                self.control_config(lease).display()
+            ));
         }
         let pm = self.podman().await?;
         let long = pm.with_request_timeout(Some(self.profile.deadlines.stop));
