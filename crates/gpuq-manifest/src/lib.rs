@@ -25,6 +25,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub mod report;
+
 /// The version of the manifest format this crate reads and writes.
 pub const FORMAT: u32 = 1;
 
@@ -51,6 +53,8 @@ pub enum Error {
     Format { path: PathBuf, found: u32 },
     #[error("{path}: listed as configuration but not in the staged tree")]
     UnknownConfig { path: String },
+    #[error("{path}: not trusted: {why}")]
+    Untrusted { path: PathBuf, why: String },
     #[error("{path}: manifest paths must be absolute and plain (no '.', '..' or '//')")]
     BadPath { path: String },
 }
@@ -84,7 +88,7 @@ pub struct Entry {
 }
 
 /// What [`Manifest::check`] found for one file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Finding {
     Ok,
@@ -113,7 +117,7 @@ impl Finding {
 }
 
 /// One line of a check's report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileReport {
     pub path: String,
     pub config: bool,
