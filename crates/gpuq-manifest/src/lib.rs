@@ -33,6 +33,39 @@ pub const FORMAT: u32 = 1;
 /// Where the packages install their manifests (one file per package).
 pub const INSTALL_DIR: &str = "/usr/share/gpuq/manifests";
 
+/// `[install]` of `broker.toml` and `node.toml`: where this host's manifests
+/// are and the root their paths are relative to. Only the tests set it (an
+/// "installed tree" in a temporary directory); both files are root's.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InstallPaths {
+    pub manifest_dir: PathBuf,
+    pub prefix: PathBuf,
+}
+
+impl Default for InstallPaths {
+    fn default() -> Self {
+        InstallPaths {
+            manifest_dir: PathBuf::from(INSTALL_DIR),
+            prefix: PathBuf::from("/"),
+        }
+    }
+}
+
+impl InstallPaths {
+    /// The key (`install.manifest_dir`, `install.prefix`) that is not an
+    /// absolute path, if one is not.
+    pub fn invalid_key(&self) -> Option<&'static str> {
+        if !self.manifest_dir.is_absolute() {
+            Some("install.manifest_dir")
+        } else if !self.prefix.is_absolute() {
+            Some("install.prefix")
+        } else {
+            None
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("{path}: {source}")]
