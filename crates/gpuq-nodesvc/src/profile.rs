@@ -321,7 +321,9 @@ test_dir = "/var/lib/gpuqueue-daos-test"
         assert_eq!(c.install.prefix, Path::new("/"));
         let c = parse("[install]\nmanifest_dir = \"/t/m\"\nprefix = \"/t\"\n").unwrap();
         assert_eq!(c.install.manifest_dir, Path::new("/t/m"));
-        let e = parse("[install]\nprefix = \"t\"\n").unwrap_err().to_string();
+        let e = parse("[install]\nprefix = \"t\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("install.prefix"), "{e}");
         let e = parse("[install]\nroot = \"/t\"\n").unwrap_err().to_string();
         assert!(e.contains("root"), "{e}");
