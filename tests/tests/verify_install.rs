@@ -127,14 +127,55 @@ fn up(name: &str, daos_keys: &str) -> Site {
 
 /// `gpuq verify-install --json` as root (or `user`), with `path` as PATH.
 fn verify(s: &Site, user: Option<&User>, path: &str) -> (Output, serde_json::Value) {
-    let out = s.b.gpuq_in(
-        user,
-        s.b.dir.path(),
-        &[("PATH", path)],
-        &["verify-install", "--json"],
-    );
+    let out = match user {
+        Some(u) => s.b.gpuq_in(
+            Some(u),
+            s.b.dir.path(),
+            &[("PATH", path)],
+            &["verify-install", "--json"],
+        ),
+        None => root_verify_within(s, path, Duration::from_secs(60)),
+    };
     let v = serde_json::from_str(&stdout(&out)).unwrap_or(serde_json::Value::Null);
     (out, v)
+}
+
+/// Root's `gpuq verify-install --json`, killed and failed if it has not
+/// ended within `limit`: a hang is what these tests must catch, not wait out.
+fn root_verify_within(s: &Site, path: &str, limit: Duration) -> Output {
+    use std::io::Read;
+    let mut child = std::process::Command::new(bin("gpuq"))
+        .args(["verify-install", "--json"])
+        .current_dir(s.b.dir.path())
+        .env("GPUQ_SOCKET", &s.b.socket)
+        .env("PATH", path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run gpuq");
+    // The report is a few KiB, well inside a pipe's buffer: reading after
+    // the exit cannot block the child.
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("gpuq verify-install did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    child.stdout.take().unwrap().read_to_end(&mut out).unwrap();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    Output {
+        status,
+        stdout: out,
+        stderr: err,
+    }
 }
 
 /// (host, subject, status) of every finding.
@@ -166,7 +207,12 @@ fn verify_install_is_ok_then_names_exactly_the_changed_file_the_skewed_node_and_
     let s = up("vinst", "");
 
     // All as installed: exit 0, five hosts, every file ok.
+    let t0 = Instant::now();
     let (out, v) = verify(&s, None, PLAIN_PATH);
+    eprintln!(
+        "TIMING verify-install, five hosts all ok: {:?}",
+        t0.elapsed()
+    );
     assert!(out.status.success(), "{}\n{}", stdout(&out), stderr(&out));
     assert_eq!(v["ok"], true, "{v}");
     assert_eq!(findings(&v), vec![], "{v}");

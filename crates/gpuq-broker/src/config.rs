@@ -642,6 +642,23 @@ mod tests {
     }
 
     #[test]
+    fn install_paths_default_to_the_packages_and_must_be_absolute() {
+        let c = parse("[broker]\n").unwrap();
+        assert_eq!(
+            c.install.manifest_dir,
+            PathBuf::from("/usr/share/gpuq/manifests")
+        );
+        assert_eq!(c.install.prefix, PathBuf::from("/"));
+        let e = parse("[broker]\n[install]\nmanifest_dir = \"m\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("install.manifest_dir") && e.contains("absolute"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn unknown_key_names_file_and_key() {
         let e = parse("[broker]\nsokcet = \"/x\"\n")
             .unwrap_err()
