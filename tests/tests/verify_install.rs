@@ -426,3 +426,74 @@ fn verify_install_refuses_users_and_reports_a_dead_or_frozen_helper_unreachable_
         "{v}"
     );
 }
+
+#[test]
+fn an_upgraded_helper_that_was_not_restarted_is_named_until_it_is() {
+    require_cluster_env!();
+    let s = up("vinst-run", "");
+    // An "upgrade" on da1: a new helper binary and its manifest installed,
+    // the old helper still running. (A trailing byte makes it another file
+    // that still runs: the ELF loader ignores what follows the last segment.)
+    let root = node_root(&s.c, "da1");
+    let installed = root.join("usr/sbin/gpuq-node");
+    let mut new = std::fs::read(&installed).unwrap();
+    new.push(0);
+    std::fs::write(&installed, &new).unwrap();
+    write_manifest(
+        &root,
+        "gpuq-node",
+        VERSION,
+        &["/etc/gpuqueue-daos/node.toml"],
+    );
+    let (out, v) = verify(&s, None, PLAIN_PATH);
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(
+        findings(&v),
+        vec![(
+            "da1".into(),
+            "/usr/sbin/gpuq-node".into(),
+            "running_differs".into()
+        )],
+        "{v}"
+    );
+    assert!(
+        v["findings"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("restart it"),
+        "{v}"
+    );
+
+    // Restarted from the installed binary (as systemd would): ok. Its command
+    // line names the cluster dir, so the cluster's `down` ends it.
+    let old = s.c.recorded_pid("da1", "node").unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    assert!(eventually(10, || !alive(old)));
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(s.c.dir().join("logs/da1-node.log"))
+        .unwrap();
+    std::process::Command::new("setsid")
+        .arg("nsenter")
+        .arg(format!("--net=/run/netns/{}", s.c.id.namespace("da1")))
+        .arg(&installed)
+        .arg("--config")
+        .arg(s.c.dir().join("da1/etc/node.toml"))
+        .arg("serve")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    assert!(eventually(10, || std::os::unix::net::UnixStream::connect(
+        s.c.node_sock("da1")
+    )
+    .is_ok()));
+    let (out, v) = verify(&s, None, PLAIN_PATH);
+    assert!(out.status.success(), "{v}");
+    assert_eq!(findings(&v), vec![], "{v}");
+}

@@ -568,7 +568,12 @@ impl Daos {
                             unreachable(n.node, why)
                         }
                         Ok(h) => h,
-                        Err(e) => unreachable(n.node, format!("node helper: {e}")),
+                        Err(e) => {
+                            let why = format!(
+                                "node helper: {e}; is gpuq-node running there? (`systemctl status gpuq-node`)"
+                            );
+                            unreachable(n.node, why)
+                        }
                     }
                 })
             })
