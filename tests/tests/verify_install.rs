@@ -239,12 +239,14 @@ fn verify_install_is_ok_then_names_exactly_the_changed_file_the_skewed_node_and_
         ]
     );
     // The text form says so in one line.
+    let t0 = Instant::now();
     let text = s.b.gpuq_in(
         None,
         s.b.dir.path(),
         &[("PATH", PLAIN_PATH)],
         &["verify-install"],
     );
+    eprintln!("TIMING verify-install again, links up: {:?}", t0.elapsed());
     assert!(text.status.success());
     assert!(
         stdout(&text).contains(&format!(
