@@ -479,7 +479,8 @@ fn an_upgraded_helper_that_was_not_restarted_is_named_until_it_is() {
         .append(true)
         .open(s.c.dir().join("logs/da1-node.log"))
         .unwrap();
-    std::process::Command::new("setsid")
+    // setsid and nsenter exec: this child is the new helper itself.
+    let mut helper = std::process::Command::new("setsid")
         .arg("nsenter")
         .arg(format!("--net=/run/netns/{}", s.c.id.namespace("da1")))
         .arg(&installed)
@@ -498,4 +499,7 @@ fn an_upgraded_helper_that_was_not_restarted_is_named_until_it_is() {
     let (out, v) = verify(&s, None, PLAIN_PATH);
     assert!(out.status.success(), "{v}");
     assert_eq!(findings(&v), vec![], "{v}");
+    // Ended and reaped here; after a failure the cluster's `down` ends it.
+    let _ = helper.kill();
+    let _ = helper.wait();
 }

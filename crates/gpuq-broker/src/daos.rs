@@ -570,7 +570,7 @@ impl Daos {
                         Ok(h) => h,
                         Err(e) => {
                             let why = format!(
-                                "node helper: {e}; is gpuq-node running there? (`systemctl status gpuq-node`)"
+                                "{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"
                             );
                             unreachable(n.node, why)
                         }
