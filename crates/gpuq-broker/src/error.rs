@@ -56,13 +56,9 @@ impl ApiError {
             ApiError::Locked(_) => (StatusCode::LOCKED, ErrorCode::Locked),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),
             ApiError::NotEnabled(_) => (StatusCode::NOT_IMPLEMENTED, ErrorCode::NotEnabled),
-            // gpuq-protocol has no code of its own for these yet: an older
-            // client must still decode the body (an unknown code would turn
-            // the one-line message into "broker answered 429"), so they use
-            // `conflict` and the status says which limit kind it is.
-            ApiError::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::Conflict),
-            ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Conflict),
-            ApiError::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, ErrorCode::BadRequest),
+            ApiError::TooMany(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorCode::TooManyRequests),
+            ApiError::Busy(_) => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+            ApiError::Timeout(_) => (StatusCode::REQUEST_TIMEOUT, ErrorCode::Timeout),
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
             ApiError::Log(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
             ApiError::Runner(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),

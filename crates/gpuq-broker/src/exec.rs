@@ -46,8 +46,24 @@ const DIR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 /// The job whose cgroup holds `pid` (direct runner `gpuq-job-<id>`,
 /// systemd `gpuq-job-<id>.service`).
 pub fn job_of_pid(pid: i32) -> Option<JobId> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
+    job_in_proc_cgroup(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
+}
+
+/// The job named by a `/proc/PID/cgroup` text. The unified hierarchy's
+/// `0::` line when there is one (cgroup v2, and v1 "hybrid"); on a
+/// cgroup-v1-only host (EL8's default) there is none, and systemd's own
+/// hierarchy (`N:name=systemd:PATH`) places the unit instead. The other v1
+/// controller lines are not read: where a process sits in them does not say
+/// which unit it belongs to.
+fn job_in_proc_cgroup(text: &str) -> Option<JobId> {
+    let unified = text.lines().find_map(|l| l.strip_prefix("0::"));
+    let path = unified.or_else(|| {
+        text.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+            (ctl == "name=systemd").then_some(path)
+        })
+    })?;
     path.split('/').find_map(|c| {
         let rest = c.strip_prefix("gpuq-job-")?;
         let id = rest.strip_suffix(".service").unwrap_or(rest);
@@ -513,5 +529,46 @@ where
         if !e.is_not_found() {
             tracing::warn!(container = %container, "remove client container: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_in_proc_cgroup;
+    use gpuq_protocol::JobId;
+
+    #[test]
+    fn a_job_is_found_on_cgroup_v2_v1_hybrid_and_v1_only_hosts() {
+        // cgroup v2 (Debian 12, EL9): systemd runner and direct runner.
+        assert_eq!(
+            job_in_proc_cgroup("0::/system.slice/gpuq-job-7.service\n"),
+            Some(JobId(7))
+        );
+        assert_eq!(
+            job_in_proc_cgroup("0::/gpuq.slice/gpuq-job-12\n"),
+            Some(JobId(12))
+        );
+        // cgroup v1 only (EL8's default, systemd 239): no 0:: line.
+        let v1 = "12:pids:/system.slice/gpuq-job-7.service\n\
+                  11:memory:/system.slice/gpuq-job-7.service\n\
+                  10:cpuset:/\n\
+                  4:cpu,cpuacct:/system.slice/gpuq-job-7.service\n\
+                  1:name=systemd:/system.slice/gpuq-job-7.service\n";
+        assert_eq!(job_in_proc_cgroup(v1), Some(JobId(7)));
+        // Hybrid: the unified line decides.
+        let hybrid = "5:memory:/system.slice/gpuq-job-7.service\n\
+                      1:name=systemd:/system.slice/gpuq-job-7.service\n\
+                      0::/system.slice/gpuq-job-7.service\n";
+        assert_eq!(job_in_proc_cgroup(hybrid), Some(JobId(7)));
+        // A v1 controller line alone names no unit.
+        assert_eq!(
+            job_in_proc_cgroup("12:pids:/system.slice/gpuq-job-7.service\n1:name=systemd:/user.slice/user-1000.slice/session-3.scope\n"),
+            None
+        );
+        assert_eq!(
+            job_in_proc_cgroup("0::/user.slice/user-1000.slice/session-3.scope\n"),
+            None
+        );
+        assert_eq!(job_in_proc_cgroup(""), None);
     }
 }

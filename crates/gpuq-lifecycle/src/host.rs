@@ -503,9 +503,12 @@ impl Host {
             .map_err(|e| format!("start {name}: {e}"))?;
         let sock = self.agent_dir(lease).join("daos_agent.sock");
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !sock.exists() {
+        while !agent_listens(&sock) {
             if Instant::now() >= deadline {
-                return Err(format!("the agent did not create {}", sock.display()));
+                return Err(format!(
+                    "the agent did not listen on {} within 20 s",
+                    sock.display()
+                ));
             }
             let info = pm
                 .container_inspect(&name)
@@ -619,7 +622,13 @@ impl Host {
     /// confirms. The admin container stays for [`Host::remove_admin`].
     pub async fn system_stop(&self, lease: &str) -> Result<String, String> {
         if !self.control_config(lease).exists() {
-            return Ok("no control config: the system was never set up".into());
+            // Never set up — or cxl2 restarted since: `run_dir` is under
+            // /run, and with it went the admin certificate `dmg` needs. The
+            // nodes' server stop that follows stops and confirms anyway.
+            return Ok(format!(
+                "no control config at {} (the system was never set up, or this host restarted                  since); the nodes' server stop confirms",
+                self.control_config(lease).display()
+            ));
         }
         let pm = self.podman().await?;
         let long = pm.with_request_timeout(Some(self.profile.deadlines.stop));
@@ -863,10 +872,73 @@ fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
+/// The agent is ready when its socket accepts a connection — not when the
+/// file exists: bind() makes the file before listen(), and a client that
+/// came in between got ECONNREFUSED. DAOS's dRPC socket is SOCK_SEQPACKET
+/// (Go's "unixpacket"); the simulator's is SOCK_STREAM; a probe of the
+/// wrong type gets EPROTOTYPE and the other type is tried. Only a socket
+/// itself counts (no symlink is followed: the directory is shared with the
+/// container). The probe does not block: a full backlog (EAGAIN) also
+/// means it listens.
+fn agent_listens(sock: &Path) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(sock) {
+        Ok(m) if m.file_type().is_socket() => {}
+        _ => return false,
+    }
+    let Ok(addr) = UnixAddr::new(sock) else {
+        return false;
+    };
+    for ty in [SockType::SeqPacket, SockType::Stream] {
+        let Ok(fd) = socket(
+            AddressFamily::Unix,
+            ty,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        ) else {
+            return false;
+        };
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr) {
+            Ok(()) | Err(Errno::EAGAIN) => return true,
+            Err(Errno::EPROTOTYPE) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{format_reply, joined_shape};
+    use super::{agent_listens, format_reply, joined_shape};
     use serde_json::{json, Value};
+
+    #[test]
+    fn an_agent_socket_is_ready_only_once_it_listens_of_either_type_and_never_through_a_symlink() {
+        use nix::sys::socket::{
+            bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+        };
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("daos_agent.sock");
+        assert!(!agent_listens(&sock), "no file");
+        for ty in [SockType::SeqPacket, SockType::Stream] {
+            let _ = std::fs::remove_file(&sock);
+            let fd = socket(AddressFamily::Unix, ty, SockFlag::SOCK_CLOEXEC, None).unwrap();
+            bind(fd.as_raw_fd(), &UnixAddr::new(&sock).unwrap()).unwrap();
+            assert!(!agent_listens(&sock), "{ty:?}: bound, not listening");
+            listen(&fd, Backlog::new(4).unwrap()).unwrap();
+            assert!(agent_listens(&sock), "{ty:?}: listening");
+            let link = dir.path().join("link.sock");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&sock, &link).unwrap();
+            assert!(!agent_listens(&link), "{ty:?}: through a symlink");
+        }
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        assert!(!agent_listens(&plain), "a regular file");
+    }
 
     /// daos.md's `dmg storage format -j` success, field for field.
     fn formatted() -> Value {

@@ -643,3 +643,41 @@ fn ip(ns: &str, updown: &str) {
         .expect("ip");
     assert!(st.success(), "ip -n {ns} link set eth0 {updown}");
 }
+
+/// A link closed while its ssh master is still being made (the broker
+/// stopping, or a lease given up, during a connect) leaves no master behind.
+/// The feared leak: ssh goes on authenticating after the connect future is
+/// dropped (openssh spawns `ssh -M -f` without kill-on-drop), and with
+/// `ControlPersist=yes` its master would outlive the broker. What prevents
+/// it today: dropping the future also removes openssh's temporary control
+/// dir, so that ssh cannot bind its control socket and exits; a master that
+/// did bind is ended by the next connect's `end_stale_masters`. This pins
+/// that down, closing at several points of the connect (a connect to a
+/// test node takes about 150-400 ms); then nothing of the link may run, and
+/// the parent checks again once the child has exited.
+#[test]
+fn a_link_closed_during_its_connect_leaves_no_ssh_master() {
+    cluster_test(
+        "a_link_closed_during_its_connect_leaves_no_ssh_master",
+        |ctx| {
+            rt().block_on(async {
+                let fwd = ctx.forward_dir();
+                for delay_ms in [0u64, 20, 50, 100, 150, 200, 300, 500] {
+                    let link = NodeLink::new(ctx.config("da2", &ctx.known_hosts()), timings())
+                        .expect("config");
+                    link.start();
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    link.close().await;
+                    // Long enough for a connect that went on to finish.
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    let left = cluster::pids_mentioning(&fwd.to_string_lossy());
+                    assert!(
+                        left.is_empty(),
+                        "closed {delay_ms} ms after its start, the link left {left:?}"
+                    );
+                    assert_eq!(sockets_in(&fwd), Vec::<PathBuf>::new(), "sockets left");
+                }
+            })
+        },
+    );
+}

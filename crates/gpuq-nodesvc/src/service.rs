@@ -436,6 +436,18 @@ impl<P: Podman> NodeService<P> {
     pub async fn start(&self, lease: &str, req: &StartRequest) -> Result<StartReport, NodeError> {
         Self::check_lease(lease)?;
         let profile = self.profile(&req.profile)?.clone();
+        // A physical server listens on the storage network: without the
+        // lease's certificates its control port would take `dmg` from
+        // anyone who reaches it (allow_insecure). gpuq's broker always
+        // sends them; a request without them is refused before anything
+        // is written or started. Test mode (loop files on the test
+        // cluster's private addresses) still accepts it.
+        if profile.mode == Mode::Physical && req.tls.is_none() {
+            return Err(NodeError::Refused(format!(
+                "lease {lease}: profile '{}' is physical and the start request carries no TLS                  certificates; a physical DAOS server runs only with the lease's mutual TLS                  (use a broker of this version)",
+                profile.name
+            )));
+        }
         let (pre, ours, devices) = self
             .check(&PreflightRequest {
                 lease: lease.to_string(),

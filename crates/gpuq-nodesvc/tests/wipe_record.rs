@@ -118,6 +118,20 @@ format_wait_secs = 60
         NodeService::new(cfg, self.podman.client().await)
     }
 
+    /// The names of gpuq's containers on this node's Podman.
+    async fn containers(&self) -> Vec<String> {
+        use gpuq_podman::Podman;
+        self.podman
+            .client()
+            .await
+            .container_list(&gpuq_podman::LabelFilter::ours())
+            .await
+            .expect("container list")
+            .into_iter()
+            .flat_map(|c| c.names)
+            .collect()
+    }
+
     fn jobs(&self, f: &str) -> PathBuf {
         self.root.join("jobs").join(f)
     }
@@ -146,11 +160,18 @@ format_wait_secs = 60
     }
 }
 
+/// A start request as the broker sends it: with the lease's certificates.
 fn req(profile: &str) -> StartRequest {
+    let c = gpuq_leasecert::LeaseCerts::generate("L-test").expect("lease certificates");
     StartRequest {
         profile: profile.into(),
         replicas: vec!["da1".into()],
-        tls: None,
+        tls: Some(gpuq_protocol::node::ServerTls {
+            ca_cert: c.ca_cert.clone(),
+            cert: c.server.cert.clone(),
+            key: c.server.key.clone(),
+            agent_cert: c.agent.cert.clone(),
+        }),
     }
 }
 
@@ -441,6 +462,35 @@ async fn a_physical_profile_without_devices_is_refused_before_anything_is_create
     let e = svc.start("L6", &req("inst1")).await.unwrap_err();
     assert!(matches!(e, NodeError::Preflight { .. }), "{e}");
     assert!(!site.root.join("jobs").exists(), "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_physical_start_without_the_leases_certificates_is_refused_before_anything_is_written() {
+    if !as_own_node(
+        "a_physical_start_without_the_leases_certificates_is_refused_before_anything_is_written",
+    ) {
+        return;
+    }
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    dev.write_data(8 * MIB, 64 * 1024);
+    let before = content(&dev);
+    let svc = site.helper("inst1", "physical", &[&dev]).await;
+    let insecure = StartRequest {
+        tls: None,
+        ..req("inst1")
+    };
+    let e = svc.start("L7", &insecure).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, NodeError::Refused(_)), "not a refusal: {msg}");
+    assert!(msg.contains("TLS") && msg.contains("physical"), "{msg}");
+    assert!(
+        !site.root.join("jobs").exists(),
+        "nothing was written: {msg}"
+    );
+    assert_eq!(content(&dev), before, "the device was touched");
+    let made = site.containers().await;
+    assert!(made.is_empty(), "a container was made: {made:?}");
 }
 
 /// `chattr +i` on a file for as long as it lives (also when the test panics).

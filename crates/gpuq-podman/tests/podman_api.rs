@@ -1147,14 +1147,18 @@ async fn a_stopped_podman_service_fails_each_request_at_its_deadline_and_the_con
         } else {
             deadline
         };
+        // The upper bound is loose on purpose: this runs while the other
+        // tests of this binary start containers on two cores, and a timer
+        // may fire seconds late there; a missing deadline shows as the 20 s
+        // limit above, not here.
         assert!(
-            took >= want && took < want + Duration::from_secs(3),
+            took >= want && took < want + Duration::from_secs(8),
             "{what} failed after {took:?}, deadline {want:?}"
         );
     }
     // The abandoned connections are closed, not left waiting on the service.
     let mut left = Vec::new();
-    for _ in 0..50 {
+    for _ in 0..250 {
         left = open_sockets().difference(&before).cloned().collect();
         if left.is_empty() {
             break;

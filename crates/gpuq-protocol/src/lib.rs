@@ -271,6 +271,16 @@ pub enum ErrorCode {
     PayloadTooLarge,
     NotEnabled,
     Internal,
+    /// A per-user limit (connections, queued jobs): wait or cancel some.
+    TooManyRequests,
+    /// The broker is at its connection limit or shutting down: retry.
+    Unavailable,
+    /// The request did not arrive within the broker's deadline.
+    Timeout,
+    /// A code this version does not know (a newer broker): the status and
+    /// the message still say what happened.
+    #[serde(other)]
+    Unknown,
 }
 
 /// Body of every non-2xx response: one line a person can act on.
@@ -283,6 +293,17 @@ pub struct ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_code_from_a_newer_broker_still_decodes() {
+        let b: ErrorBody =
+            serde_json::from_str(r#"{"code":"some_future_code","error":"one line"}"#).unwrap();
+        assert_eq!(b.code, ErrorCode::Unknown);
+        assert_eq!(b.error, "one line");
+        let b: ErrorBody =
+            serde_json::from_str(r#"{"code":"too_many_requests","error":"x"}"#).unwrap();
+        assert_eq!(b.code, ErrorCode::TooManyRequests);
+    }
 
     #[test]
     fn job_id_rejects_garbage_with_a_hint() {

@@ -144,8 +144,9 @@ pub struct StartRequest {
     /// Host names of the management-service replicas (1 or 3).
     pub replicas: Vec<String>,
     /// The lease's certificates for this node's server (the control port
-    /// then requires mutual TLS). Absent: `allow_insecure: true` (an older
-    /// broker; gpuq's own broker always sends them).
+    /// then requires mutual TLS). Absent: `allow_insecure: true`, accepted
+    /// for test-mode profiles only; a physical start without them is
+    /// refused (gpuq's own broker always sends them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTls>,
 }

@@ -39,8 +39,9 @@
 //! `RemainAfterExit=yes` keeps the unit — and its
 //! `ExecMainCode`/`ExecMainStatus` — after the main process ends, also while
 //! the broker is restarting; the broker stops and resets it after reading
-//! the status. `Type=exec` makes the start job fail when systemd cannot set
-//! the job up (user, groups, working directory, log file): `start` waits for
+//! the status. `Type=notify` (with `job-exec` sending `READY=1` before it
+//! execs the command; `Type=exec` would do the same but EL8's systemd 239
+//! lacks it) makes the start job fail when systemd cannot set the job up (user, groups, working directory, log file): `start` waits for
 //! that job's `JobRemoved` signal and reports such a failure as an error, not
 //! as the job's exit code.
 //!
@@ -191,9 +192,23 @@ pub fn job_exec() -> i32 {
         fail("job-exec: the request has no command".into());
         return 126;
     };
+    // Type=notify: the start job ends "done" only once the unit's set-up
+    // (user, groups, working directory, descriptors) has worked and this
+    // process runs. Without the notification systemd would end the job at
+    // its start timeout, so a job that cannot send it does not start.
+    if let Err(e) = notify_ready() {
+        fail(format!(
+            "job-exec: cannot tell systemd the job started: {e}"
+        ));
+        return 126;
+    }
     let e = std::process::Command::new(prog)
         .args(args)
         .envs(req.env.iter().map(|(k, v)| (k, v)))
+        // The job is the unit's main process after exec: it must not speak
+        // for the unit (NotifyAccess=main), whatever the submitter's
+        // environment named.
+        .env_remove("NOTIFY_SOCKET")
         .stdin(std::process::Stdio::null())
         .exec();
     let not_found = e.kind() == std::io::ErrorKind::NotFound;
@@ -213,6 +228,27 @@ pub fn job_exec() -> i32 {
     } else {
         126
     }
+}
+
+/// Sends `READY=1` to `$NOTIFY_SOCKET` (sd_notify(3): a unix datagram
+/// socket, a path or `@` for the abstract namespace).
+fn notify_ready() -> std::io::Result<()> {
+    notify_ready_to(std::env::var_os("NOTIFY_SOCKET"))
+}
+
+fn notify_ready_to(to: Option<std::ffi::OsString>) -> std::io::Result<()> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(to) = to else {
+        return Err(std::io::Error::other("NOTIFY_SOCKET is not set"));
+    };
+    let addr = match to.as_bytes().strip_prefix(b"@") {
+        Some(name) => SocketAddr::from_abstract_name(name)?,
+        None => SocketAddr::from_pathname(&to)?,
+    };
+    UnixDatagram::unbound()?.send_to_addr(b"READY=1", &addr)?;
+    Ok(())
 }
 
 /// Why `exe` must not be handed to systemd as every job's program, if so.
@@ -506,7 +542,11 @@ impl Runner for SystemdRunner {
         let props: Vec<(&str, Value<'_>)> = vec![
             ("Description", Value::from(format!("gpuq job {}", spec.id))),
             ("ExecStart", Value::from(exec)),
-            ("Type", Value::from("exec")),
+            // Not Type=exec: systemd 239 (EL8) does not know it (added in
+            // 240). `job-exec` notifies once it runs, which ends the start
+            // job at the same point and fails it on the same set-up errors.
+            ("Type", Value::from("notify")),
+            ("NotifyAccess", Value::from("main")),
             ("RemainAfterExit", Value::from(true)),
             ("KillMode", Value::from("control-group")),
             ("User", Value::from(spec.uid.to_string())),
@@ -531,8 +571,8 @@ impl Runner for SystemdRunner {
             ("RuntimeMaxUSec", Value::from(runtime_max_usec)),
         ];
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = vec![];
-        // With Type=exec systemd finishes the start job once `job-exec` has
-        // been exec'd, and fails it when a step before failed (user,
+        // With Type=notify systemd finishes the start job once `job-exec`
+        // has said READY=1, and fails it when a step before failed (user,
         // groups, working directory, log file). Listen for the job's end
         // before asking, so that the signal cannot be missed.
         let rule = zbus::MatchRule::builder()
@@ -672,6 +712,31 @@ impl Runner for SystemdRunner {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ready_reaches_a_path_socket_and_an_abstract_one_and_no_socket_is_an_error() {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixDatagram};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let rx = UnixDatagram::bind(&path).unwrap();
+        super::notify_ready_to(Some(path.into_os_string())).unwrap();
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+
+        let name = format!("gpuq-test-notify-{}", std::process::id());
+        let rx = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(name.as_bytes()).unwrap())
+            .unwrap();
+        super::notify_ready_to(Some(format!("@{name}").into())).unwrap();
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"READY=1");
+
+        let e = super::notify_ready_to(None).unwrap_err();
+        assert!(e.to_string().contains("NOTIFY_SOCKET"), "{e}");
+        let gone = dir.path().join("gone");
+        assert!(super::notify_ready_to(Some(gone.into_os_string())).is_err());
+    }
+
     use super::*;
 
     fn spec(argv: &[&str], env: &[(&str, &str)]) -> JobSpec {
