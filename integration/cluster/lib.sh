@@ -472,6 +472,11 @@ step_node_helper() { # NODE
     echo "podman_socket = \"$(podman_sock "$n")\""
     echo "jobs_dir = \"$hd/jobs\""
     echo "test_dir = \"$hd/test\""
+    echo
+    echo "# verify-install: this node's \"installed tree\" (empty until a test fills it)."
+    echo "[install]"
+    echo "manifest_dir = \"$hd/install/usr/share/gpuq/manifests\""
+    echo "prefix = \"$hd/install\""
     if [[ -n ${GPUQ_CLUSTER_PROFILE_IMAGE:-} ]]; then
       echo
       echo "[profiles.test]"

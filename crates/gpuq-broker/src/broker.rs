@@ -1078,6 +1078,46 @@ impl Broker {
         Ok(daos.verify_pins().await)
     }
 
+    /// `gpuq verify-install` (root): this host's manifests and running
+    /// broker, then every node's (when `[daos]` names nodes). Read-only.
+    pub async fn verify_install(
+        &self,
+        peer: &Peer,
+    ) -> Result<gpuq_manifest::report::InstallReport, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may verify the installation: run `sudo gpuq verify-install`".into(),
+            ));
+        }
+        let paths = self.cfg.install.clone();
+        // The host's own name, as the kernel has it (no resolver involved).
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_else(|_| "this host".into());
+        let own = tokio::task::spawn_blocking(move || {
+            gpuq_manifest::report::inspect_host(
+                &host,
+                "gpuq-broker",
+                env!("CARGO_PKG_VERSION"),
+                "gpuq",
+                &paths.manifest_dir,
+                &paths.prefix,
+                0,
+            )
+        });
+        let nodes = async {
+            match self.daos.clone() {
+                Some(d) => d.install_nodes().await,
+                None => Vec::new(),
+            }
+        };
+        let (own, nodes) = tokio::join!(own, nodes);
+        let own = own.map_err(|e| ApiError::Conflict(format!("checking this host failed: {e}")))?;
+        let mut hosts = vec![own];
+        hosts.extend(nodes);
+        Ok(gpuq_manifest::report::InstallReport { hosts })
+    }
+
     /// `gpuq daos-status`: links, nodes, the lease; plus hold and lock.
     pub async fn daos_status(&self) -> Result<serde_json::Value, ApiError> {
         let Some(daos) = self.daos.clone() else {

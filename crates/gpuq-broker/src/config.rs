@@ -57,6 +57,8 @@ pub enum GpuKind {
 struct RawFile {
     broker: RawBroker,
     daos: Option<RawDaos>,
+    #[serde(default)]
+    install: gpuq_manifest::InstallPaths,
 }
 
 #[derive(Debug, Deserialize)]
@@ -242,6 +244,9 @@ pub struct BrokerConfig {
     pub max_time_secs: u64,
     pub limits: Limits,
     pub daos: Option<DaosConfig>,
+    /// `[install]`: this host's manifests and install root, for
+    /// `gpuq verify-install` (defaults: the packages'; tests set both).
+    pub install: gpuq_manifest::InstallPaths,
 }
 
 impl BrokerConfig {
@@ -367,7 +372,11 @@ impl BrokerConfig {
                 }
             },
             daos: None,
+            install: raw.install,
         };
+        if let Some(key) = cfg.install.invalid_key() {
+            return Err(invalid(key, "expected an absolute path".into()));
+        }
         let mut cfg = cfg;
         if let Some(d) = raw.daos {
             cfg.daos = Some(parse_daos(d, &invalid, &abs)?);
@@ -630,6 +639,23 @@ mod tests {
         assert_eq!(c.runner, RunnerKind::Systemd);
         assert_eq!(c.gpu, GpuKind::Nvml);
         assert_eq!(c.default_time_secs, 4 * 3600);
+    }
+
+    #[test]
+    fn install_paths_default_to_the_packages_and_must_be_absolute() {
+        let c = parse("[broker]\n").unwrap();
+        assert_eq!(
+            c.install.manifest_dir,
+            PathBuf::from("/usr/share/gpuq/manifests")
+        );
+        assert_eq!(c.install.prefix, PathBuf::from("/"));
+        let e = parse("[broker]\n[install]\nmanifest_dir = \"m\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("install.manifest_dir") && e.contains("absolute"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -528,6 +528,72 @@ impl Daos {
         serde_json::json!({ "ok": ok, "hosts": results })
     }
 
+    /// `gpuq verify-install`, the nodes' part: every node's helper asked
+    /// for `GET /v1/install` at once, each within the link deadline and then
+    /// `request_timeout_secs`; a node that does not answer in time (link
+    /// down, helper gone or frozen) is reported unreachable, never waited
+    /// for longer. Results in configuration order.
+    pub async fn install_nodes(&self) -> Vec<gpuq_manifest::report::HostInstall> {
+        use gpuq_manifest::report::HostInstall;
+        let unreachable = |host: String, why: String| HostInstall {
+            host,
+            unreachable: Some(why),
+            ..HostInstall::default()
+        };
+        let deadline = self.cfg.deadlines.request;
+        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        let tasks: Vec<_> = up
+            .nodes
+            .into_iter()
+            .map(|n| {
+                tokio::spawn(async move {
+                    let sockets = match n.result {
+                        Ok(s) => s,
+                        Err(e) => return unreachable(n.node, e.to_string()),
+                    };
+                    let c = gpuq_client::Client::new(sockets.node_sock);
+                    match c
+                        .call_within::<HostInstall>(
+                            deadline,
+                            hyper::Method::GET,
+                            "/v1/install",
+                            None::<&()>,
+                        )
+                        .await
+                    {
+                        // The link checked the helper's name when it came up;
+                        // a different name now means the socket was swapped.
+                        Ok(h) if h.host != n.node => {
+                            let why = format!("the node helper answered as {:?}", h.host);
+                            unreachable(n.node, why)
+                        }
+                        Ok(h) => h,
+                        Err(e) => {
+                            let why = format!(
+                                "{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"
+                            );
+                            unreachable(n.node, why)
+                        }
+                    }
+                })
+            })
+            .collect();
+        let names: Vec<String> = self
+            .links
+            .links()
+            .iter()
+            .map(|l| l.name().to_string())
+            .collect();
+        let mut out = Vec::new();
+        for (t, name) in tasks.into_iter().zip(names) {
+            out.push(
+                t.await
+                    .unwrap_or_else(|e| unreachable(name, format!("check failed: {e}"))),
+            );
+        }
+        out
+    }
+
     pub async fn close(&self) {
         self.links.close_all().await;
     }

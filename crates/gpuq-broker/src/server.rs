@@ -276,6 +276,9 @@ async fn route(
             Ok(json(StatusCode::OK, &serde_json::json!({ "message": msg })))
         }
         (Method::GET, ["v1", "daos"]) => Ok(json(StatusCode::OK, &broker.daos_status().await?)),
+        (Method::GET, ["v1", "install"]) => {
+            Ok(json(StatusCode::OK, &broker.verify_install(peer).await?))
+        }
         (Method::GET, ["v1", "daos", "pins"]) => {
             Ok(json(StatusCode::OK, &broker.verify_pins(peer).await?))
         }

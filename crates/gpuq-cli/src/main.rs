@@ -123,6 +123,15 @@ enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Check (root) every file the gpuq packages installed, on this host and
+    /// on every node, against the packages' SHA-256 manifests; the versions
+    /// of this CLI, the broker, the node helpers and the manifests must
+    /// match. Changed configuration files are shown as information. Exits
+    /// non-zero on any failure.
+    VerifyInstall {
+        #[arg(long)]
+        json: bool,
+    },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
     DaosStatus {
         #[arg(long)]

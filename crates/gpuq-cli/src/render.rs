@@ -278,9 +278,140 @@ pub fn pins(v: &serde_json::Value) -> String {
     o
 }
 
+/// `gpuq verify-install`: failures first, then configuration changes, then
+/// one line per host and the summary. Everything a host sent is escaped.
+pub fn install(v: &gpuq_manifest::report::Verdict) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    for l in &v.findings {
+        let _ = writeln!(
+            o,
+            "{}: {}: {}: {}",
+            esc(&l.host),
+            esc(&l.subject),
+            l.status.label(),
+            esc(&l.detail)
+        );
+    }
+    let mut failed = Vec::new();
+    for h in &v.hosts {
+        let mut line = format!("{}: {} files ok", esc(&h.host), h.files_ok);
+        if h.failures > 0 {
+            let _ = write!(line, ", {} FAILED", h.failures);
+        }
+        if h.config_changed > 0 {
+            let _ = write!(line, ", {} configuration files changed", h.config_changed);
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    let failures = v.findings.iter().filter(|l| l.status.is_failure()).count();
+    // Named from the findings: the PATH check's is no host report's.
+    for l in v.findings.iter().filter(|l| l.status.is_failure()) {
+        if !failed.contains(&esc(&l.host)) {
+            failed.push(esc(&l.host));
+        }
+    }
+    let _ = if v.ok {
+        writeln!(
+            o,
+            "verify-install: all ok on {} hosts (gpuq {})",
+            v.hosts.len(),
+            v.cli_version
+        )
+    } else {
+        writeln!(
+            o,
+            "verify-install: FAILED: {failures} finding(s){} (gpuq {})",
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!(" on {}", failed.join(", "))
+            },
+            v.cli_version
+        )
+    };
+    o
+}
+
+/// The `gpuq` root runs when it types `gpuq`: the first one in PATH. If that
+/// is not this program (e.g. the original system's `/usr/local/bin/gpuq`
+/// ahead of ours), every `sudo gpuq …` an operator types goes elsewhere.
+pub fn path_shadow(host: &str) -> Option<gpuq_manifest::report::Line> {
+    let own = std::env::current_exe().ok()?.canonicalize().ok()?;
+    let path = std::env::var_os("PATH")?;
+    first_in_path(&path, "gpuq").and_then(|first| {
+        let resolved = first.canonicalize().unwrap_or_else(|_| first.clone());
+        (resolved != own).then(|| gpuq_manifest::report::Line {
+            host: host.to_string(),
+            subject: first.display().to_string(),
+            status: gpuq_manifest::report::Status::Shadowed,
+            detail: format!(
+                "comes before this gpuq ({}) in PATH: `gpuq` runs that one; remove it or reorder PATH",
+                own.display()
+            ),
+        })
+    })
+}
+
+/// The first executable regular file `name` in a PATH value, as a shell finds it.
+fn first_in_path(path: &std::ffi::OsStr, name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path)
+        .filter(|d| d.is_absolute())
+        .map(|d| d.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::esc;
+
+    #[test]
+    fn the_first_executable_in_path_is_found_and_others_are_skipped() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        for (sub, mode) in [("a", 0o644), ("b", 0o755), ("c", 0o755)] {
+            std::fs::create_dir(d.path().join(sub)).unwrap();
+            let f = d.path().join(sub).join("gpuq");
+            std::fs::write(&f, b"#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let path = std::env::join_paths(
+            ["relative", "/nonexistent"]
+                .iter()
+                .map(std::path::PathBuf::from)
+                .chain(["a", "b", "c"].iter().map(|s| d.path().join(s))),
+        )
+        .unwrap();
+        assert_eq!(
+            super::first_in_path(&path, "gpuq"),
+            Some(d.path().join("b/gpuq"))
+        );
+    }
+
+    #[test]
+    fn a_hosts_strings_are_escaped_in_the_report() {
+        use gpuq_manifest::report::{Line, Status, Verdict};
+        let v = Verdict {
+            ok: false,
+            cli_version: "0.1.0".into(),
+            findings: vec![Line {
+                host: "da3".into(),
+                subject: "/usr/sbin/\u{1b}[2Jgpuq-node".into(),
+                status: Status::Modified,
+                detail: "x".into(),
+            }],
+            hosts: vec![],
+        };
+        let text = super::install(&v);
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(
+            text.contains("MODIFIED") && text.contains("FAILED"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn controls_and_bidi_overrides_are_shown_escaped_and_text_is_kept() {

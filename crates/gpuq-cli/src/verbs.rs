@@ -170,6 +170,33 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 return Ok(Exit::Refused as i32);
             }
         }
+        Verb::VerifyInstall { json } => {
+            let report: gpuq_manifest::report::InstallReport = client
+                .call(Method::GET, routes::INSTALL, None::<&()>)
+                .await?;
+            let this_host = report
+                .hosts
+                .first()
+                .map(|h| h.host.clone())
+                .unwrap_or_default();
+            let extra = crate::render::path_shadow(&this_host).into_iter().collect();
+            let verdict =
+                gpuq_manifest::report::assess(env!("CARGO_PKG_VERSION"), &report.hosts, extra);
+            if json {
+                print_json(&serde_json::json!({
+                    "ok": verdict.ok,
+                    "cli_version": verdict.cli_version,
+                    "findings": verdict.findings,
+                    "hosts": verdict.hosts,
+                    "report": report,
+                }));
+            } else {
+                print!("{}", crate::render::install(&verdict));
+            }
+            if !verdict.ok {
+                return Ok(Exit::Refused as i32);
+            }
+        }
         Verb::DaosStatus { json } => {
             let v: serde_json::Value = client.call(Method::GET, routes::DAOS, None::<&()>).await?;
             if json {

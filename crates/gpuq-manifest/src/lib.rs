@@ -25,11 +25,46 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub mod report;
+
 /// The version of the manifest format this crate reads and writes.
 pub const FORMAT: u32 = 1;
 
 /// Where the packages install their manifests (one file per package).
 pub const INSTALL_DIR: &str = "/usr/share/gpuq/manifests";
+
+/// `[install]` of `broker.toml` and `node.toml`: where this host's manifests
+/// are and the root their paths are relative to. Only the tests set it (an
+/// "installed tree" in a temporary directory); both files are root's.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InstallPaths {
+    pub manifest_dir: PathBuf,
+    pub prefix: PathBuf,
+}
+
+impl Default for InstallPaths {
+    fn default() -> Self {
+        InstallPaths {
+            manifest_dir: PathBuf::from(INSTALL_DIR),
+            prefix: PathBuf::from("/"),
+        }
+    }
+}
+
+impl InstallPaths {
+    /// The key (`install.manifest_dir`, `install.prefix`) that is not an
+    /// absolute path, if one is not.
+    pub fn invalid_key(&self) -> Option<&'static str> {
+        if !self.manifest_dir.is_absolute() {
+            Some("install.manifest_dir")
+        } else if !self.prefix.is_absolute() {
+            Some("install.prefix")
+        } else {
+            None
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -51,6 +86,8 @@ pub enum Error {
     Format { path: PathBuf, found: u32 },
     #[error("{path}: listed as configuration but not in the staged tree")]
     UnknownConfig { path: String },
+    #[error("{path}: not trusted: {why}")]
+    Untrusted { path: PathBuf, why: String },
     #[error("{path}: manifest paths must be absolute and plain (no '.', '..' or '//')")]
     BadPath { path: String },
 }
@@ -84,7 +121,7 @@ pub struct Entry {
 }
 
 /// What [`Manifest::check`] found for one file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Finding {
     Ok,
@@ -113,7 +150,7 @@ impl Finding {
 }
 
 /// One line of a check's report.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileReport {
     pub path: String,
     pub config: bool,

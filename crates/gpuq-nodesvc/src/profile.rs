@@ -128,6 +128,9 @@ struct RawFile {
     devices: Vec<DeviceEntry>,
     #[serde(default)]
     profiles: BTreeMap<String, RawProfile>,
+    /// Where `GET /v1/install` finds this node's manifests (tests only).
+    #[serde(default)]
+    install: gpuq_manifest::InstallPaths,
 }
 
 /// The node service's whole configuration.
@@ -137,6 +140,8 @@ pub struct ServiceConfig {
     /// `[node]` and `[[devices]]`, as the block-device crate uses them.
     pub node: NodeConfig,
     pub profiles: BTreeMap<String, Profile>,
+    /// `[install]`: manifests and install root for `GET /v1/install`.
+    pub install: gpuq_manifest::InstallPaths,
 }
 
 impl ServiceConfig {
@@ -162,6 +167,9 @@ impl ServiceConfig {
             key,
             message,
         };
+        if let Some(key) = raw.install.invalid_key() {
+            return Err(invalid(key.into(), "expected an absolute path".into()));
+        }
         let mut profiles = BTreeMap::new();
         for (name, p) in raw.profiles {
             let key = |k: &str| format!("profiles.{name}.{k}");
@@ -241,6 +249,7 @@ impl ServiceConfig {
             source: path.to_path_buf(),
             node,
             profiles,
+            install: raw.install,
         })
     }
 }
@@ -303,5 +312,20 @@ test_dir = "/var/lib/gpuqueue-daos-test"
         .unwrap_err()
         .to_string();
         assert!(e.contains("profiles.x.daos_version"), "{e}");
+    }
+
+    #[test]
+    fn install_paths_default_to_the_packages_and_must_be_absolute() {
+        let c = parse("").unwrap();
+        assert_eq!(c.install, gpuq_manifest::InstallPaths::default());
+        assert_eq!(c.install.prefix, Path::new("/"));
+        let c = parse("[install]\nmanifest_dir = \"/t/m\"\nprefix = \"/t\"\n").unwrap();
+        assert_eq!(c.install.manifest_dir, Path::new("/t/m"));
+        let e = parse("[install]\nprefix = \"t\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("install.prefix"), "{e}");
+        let e = parse("[install]\nroot = \"/t\"\n").unwrap_err().to_string();
+        assert!(e.contains("root"), "{e}");
     }
 }

@@ -195,6 +195,12 @@ async fn route<P: Podman + 'static>(
     let svc = &shared.service;
     match (method, seg.as_slice()) {
         (Method::GET, ["v1", "status"]) => Ok(json(StatusCode::OK, &svc.status().await?)),
+        (Method::GET, ["v1", "install"]) => {
+            // Read-only, so no step lock; it hashes every installed file
+            // (tens of MB), which belongs on the blocking pool.
+            let r = run_step(shared, false, |s| async move { Ok(s.service.install()) }).await?;
+            Ok(json(StatusCode::OK, &r))
+        }
         (Method::POST, ["v1", "preflight"]) => {
             let body: PreflightRequest = read_json(req).await?;
             let r = run_step(shared, false, move |s| async move {

@@ -99,6 +99,23 @@ impl<P: Podman> NodeService<P> {
         &self.cfg.node.node.name
     }
 
+    /// `GET /v1/install` (verify-install): this node's manifests checked
+    /// under its install root, this helper's version and the hash of the
+    /// executable it runs. Read-only; hashes files, so blocking. Manifests
+    /// must be root's: the helper is root, and a manifest anyone else could
+    /// edit could make a changed binary look installed.
+    pub fn install(&self) -> gpuq_manifest::report::HostInstall {
+        gpuq_manifest::report::inspect_host(
+            self.node_name(),
+            "gpuq-node",
+            env!("CARGO_PKG_VERSION"),
+            "gpuq-node",
+            &self.cfg.install.manifest_dir,
+            &self.cfg.install.prefix,
+            0,
+        )
+    }
+
     fn jobs_dir(&self) -> &Path {
         &self.cfg.node.node.jobs_dir
     }

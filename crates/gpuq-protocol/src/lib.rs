@@ -25,6 +25,9 @@ pub mod routes {
     pub const RECOVER: &str = "/v1/recover";
     /// `GET`: links, nodes, lease, hold and lock (`gpuq daos-status`).
     pub const DAOS: &str = "/v1/daos";
+    /// `GET` (root): every installed file's SHA-256 against the packages'
+    /// manifests, on this host and every node (`gpuq verify-install`).
+    pub const INSTALL: &str = "/v1/install";
     /// `GET` (root): every pinned image present on every host (`gpuq verify-pins`).
     pub const PINS: &str = "/v1/daos/pins";
     /// `POST` an [`super::exec::ExecRequest`] with `Upgrade: gpuq-exec` (`gpuq daos-exec`).
