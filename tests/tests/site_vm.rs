@@ -1,0 +1,245 @@
+//! The site VM (`integration/vm/site/`): a whole Debian 12 machine under
+//! QEMU (TCG) with systemd as PID 1, Podman, sshd, huge pages and emulated
+//! NVMe — where physical mode can run, because there we are the kernel.
+//!
+//! Each test boots the cached image (built once by `build.sh` into
+//! `target/site-vm/`, about 2-3 minutes; later runs reuse it), hands the
+//! guest our binaries and scripts on a read-only disk, runs one guest
+//! script over ssh and reads its `SITE-CHECK <name> ok` lines; the VM is
+//! taken down (its own QEMU, by PID) when the test ends, also on failure.
+//!
+//! What runs here so far (issue 14): the guest's devices (five NVMe
+//! controllers, one with two namespaces; huge pages; memlock unlimited for
+//! root), and the broker's systemd runner with systemd as PID 1 on a
+//! cgroup-v2 boot and on a cgroup-v1-only boot (EL8's default). The
+//! five-host physical-mode cluster inside the guest is not built yet.
+
+use gpuq_system_tests::systemd_box::workspace_root;
+use gpuq_system_tests::{bin_dir, cannot_run};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
+
+fn site_dir() -> PathBuf {
+    bin_dir()
+        .parent()
+        .map(|t| t.join("site-vm"))
+        .unwrap_or_else(|| workspace_root().join("target/site-vm"))
+}
+
+fn script(name: &str) -> PathBuf {
+    workspace_root().join("integration/vm/site").join(name)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Why the site VM cannot run here, if it cannot.
+fn skip_reason() -> Option<String> {
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !uid {
+        return Some("the site VM is built and booted as root".into());
+    }
+    for tool in [
+        "qemu-system-x86_64",
+        "debootstrap",
+        "mkfs.ext4",
+        "objcopy",
+        "ssh",
+    ] {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+            .unwrap_or(false)
+            || Path::new("/usr/sbin").join(tool).is_file();
+        if !found {
+            return Some(format!(
+                "{tool} is not installed (integration/install-deps installs it)"
+            ));
+        }
+    }
+    let kernel = std::fs::read_dir("/boot").ok().is_some_and(|d| {
+        d.flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with("-cloud-amd64"))
+    });
+    if !kernel {
+        return Some("no cloud kernel in /boot (apt-get install linux-image-cloud-amd64)".into());
+    }
+    for b in ["gpuq-broker", "gpuq"] {
+        if !bin_dir().join(b).exists() {
+            return Some(format!(
+                "needs {} (cargo build --workspace --bins)",
+                bin_dir().join(b).display()
+            ));
+        }
+    }
+    None
+}
+
+/// The image, built if missing or stale (build.sh decides, under a lock).
+fn image() -> PathBuf {
+    let dir = site_dir();
+    let t = Instant::now();
+    let out = Command::new("bash")
+        .arg(script("build.sh"))
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run integration/vm/site/build.sh");
+    assert!(out.status.success(), "build.sh failed:\n{}", text(&out));
+    eprintln!("site VM image ready after {:.0?}", t.elapsed());
+    dir
+}
+
+/// What the guest gets on its read-only files disk: our binaries (debug
+/// info stripped: the disk is copied into an image per boot) and the guest
+/// scripts.
+fn stage(dir: &Path) {
+    for b in ["gpuq-broker", "gpuq"] {
+        let st = Command::new("objcopy")
+            .arg("--strip-debug")
+            .arg(bin_dir().join(b))
+            .arg(dir.join(b))
+            .status()
+            .expect("run objcopy (binutils)");
+        assert!(st.success(), "objcopy {b}");
+    }
+    std::fs::copy(
+        workspace_root().join("systemd/gpuq-broker.service"),
+        dir.join("gpuq-broker.service"),
+    )
+    .expect("copy the unit");
+    for s in ["devices.sh", "systemd-runner.sh"] {
+        std::fs::copy(script("guest").join(s), dir.join(s)).expect("copy a guest script");
+    }
+}
+
+/// One booted site VM; taken down on drop (also when the test panics).
+struct Vm {
+    state: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Vm {
+    fn boot(cgroup_v1: bool) -> Vm {
+        let img = image();
+        let tmp = tempfile::Builder::new()
+            .prefix("gpuq-site-vm-")
+            .tempdir()
+            .expect("temp dir");
+        let files = tmp.path().join("files");
+        std::fs::create_dir(&files).unwrap();
+        stage(&files);
+        let state = tmp.path().join("state");
+        let mut cmd = Command::new(script("up"));
+        cmd.arg(&img).arg(&state).arg("--files").arg(&files);
+        if cgroup_v1 {
+            cmd.arg("--cgroup-v1");
+        }
+        let t = Instant::now();
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .expect("run integration/vm/site/up");
+        // From here on the drop takes it down, whatever happened.
+        let vm = Vm { state, _tmp: tmp };
+        assert!(out.status.success(), "up failed:\n{}", text(&out));
+        eprintln!("site VM up in {:.0?}: {}", t.elapsed(), text(&out).trim());
+        vm
+    }
+
+    /// Run `cmd` (one shell line) as root in the guest.
+    fn run(&self, cmd: &str) -> Output {
+        Command::new(script("run"))
+            .arg(&self.state)
+            .arg(cmd)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run integration/vm/site/run")
+    }
+
+    /// Run a guest script; it must print every `want` check and finish.
+    fn checks(&self, cmd: &str, want: &[&str]) {
+        let t = Instant::now();
+        let out = self.run(cmd);
+        let all = text(&out);
+        eprintln!("{cmd} ({:.0?}):\n{all}", t.elapsed());
+        assert!(out.status.success(), "{cmd} failed in the guest:\n{all}");
+        for w in want {
+            assert!(
+                all.lines().any(|l| l == format!("SITE-CHECK {w} ok")),
+                "{cmd}: no check {w}:\n{all}"
+            );
+        }
+        assert!(
+            all.lines().any(|l| l == "SITE-DONE"),
+            "{cmd} did not finish:\n{all}"
+        );
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let console =
+                std::fs::read_to_string(self.state.join("console.log")).unwrap_or_default();
+            let tail: Vec<&str> = console.lines().rev().take(30).collect();
+            eprintln!(
+                "site VM console (last lines, newest first):\n{}",
+                tail.join("\n")
+            );
+        }
+        let _ = Command::new(script("down")).arg(&self.state).status();
+    }
+}
+
+const RUNNER_CHECKS: &[&str] = &[
+    "pid1-systemd",
+    "broker-start",
+    "job-runs-as-the-user-in-its-unit",
+    "cancel-ends-the-unit",
+    "time-limit-ends-the-unit",
+];
+
+#[test]
+fn a_site_vm_has_its_nvme_hugepages_and_memlock_and_runs_jobs_under_systemd_on_cgroup_v2() {
+    if let Some(why) = skip_reason() {
+        cannot_run("site_vm (cgroup v2)", &why);
+        return;
+    }
+    let vm = Vm::boot(false);
+    vm.checks(
+        "sh /gpuq/devices.sh",
+        &[
+            "nvme-five-controllers-six-namespaces",
+            "hugepages-512",
+            "memlock-unlimited",
+        ],
+    );
+    let mut want = vec!["cgroup-mode-v2"];
+    want.extend(RUNNER_CHECKS);
+    vm.checks("SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
+}
+
+#[test]
+fn a_cgroup_v1_only_site_vm_runs_jobs_under_systemd_as_on_el8() {
+    if let Some(why) = skip_reason() {
+        cannot_run("site_vm (cgroup v1)", &why);
+        return;
+    }
+    let vm = Vm::boot(true);
+    let mut want = vec!["cgroup-mode-v1"];
+    want.extend(RUNNER_CHECKS);
+    vm.checks("SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
+}
