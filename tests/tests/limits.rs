@@ -402,3 +402,94 @@ fn two_hundred_followers_cost_the_store_no_queries_and_end_with_the_job() {
         stats(&b)
     );
 }
+
+/// A user who lists in a loop costs the store nothing after the first list
+/// (the broker keeps each viewer's last `jobs` array with the store
+/// generation it was read at), and a list after any change is fresh — and
+/// still each viewer's own view: bob's cached list never shows alice's
+/// command, hers always does.
+#[test]
+fn listing_in_a_loop_costs_the_store_no_queries_and_every_list_is_fresh_and_the_viewers_own() {
+    require_env!();
+    let b = TestBroker::start();
+    let (alice, bob) = (alice(), bob());
+    let wa = b.workdir(Some(&alice), "wa");
+    let running = b.submit(
+        Some(&alice),
+        &wa,
+        &["--", "bash", "-c", "sleep 60 # token-a1"],
+    );
+    b.wait_state(running, "running", 20);
+    let queued = b.submit(Some(&alice), &wa, &["--", "true", "token-a2"]);
+    let window = Duration::from_secs(3);
+    let queries = || stats(&b)["store_queries"].as_u64().expect("store_queries");
+    let q0 = queries();
+    std::thread::sleep(window);
+    let idle = queries() - q0;
+
+    let list = || {
+        let resp = b.raw_http(b"GET /v1/jobs HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+        resp
+    };
+    let first = list();
+    let q1 = queries();
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < window {
+        assert_eq!(
+            list().split("\r\n\r\n").nth(1),
+            first.split("\r\n\r\n").nth(1),
+            "a list changed while nothing happened"
+        );
+        n += 1;
+    }
+    let listing = queries() - q1;
+    eprintln!("store queries in {window:?}: {idle} idle, {listing} with {n} lists");
+    assert!(n >= 20, "only {n} lists in {window:?}");
+    // Before the cache each list cost 3 queries (jobs, running, queued).
+    assert!(
+        listing <= idle + 5,
+        "{listing} store queries for {n} lists in {window:?} (idle: {idle})"
+    );
+
+    // Fresh after each kind of change: a submit, a start, an end.
+    let views = |who: &User| -> serde_json::Value {
+        let out = b.gpuq(Some(who), &["list", "--json"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice(&out.stdout).expect("list --json")
+    };
+    let ids = |v: &serde_json::Value| -> Vec<u64> {
+        v["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| j["id"].as_u64().unwrap())
+            .collect()
+    };
+    let bobs = views(&bob);
+    assert_eq!(ids(&bobs), vec![running, queued]);
+    assert!(
+        !bobs.to_string().contains("token-a"),
+        "bob sees alice's argv: {bobs}"
+    );
+    let hers = views(&alice);
+    assert!(hers.to_string().contains("token-a1"), "{hers}");
+    let wb = b.workdir(Some(&bob), "wb");
+    let third = b.submit(Some(&bob), &wb, &["--", "true", "token-b"]);
+    let bobs = views(&bob);
+    assert_eq!(ids(&bobs), vec![running, queued, third]);
+    assert!(!bobs.to_string().contains("token-a"), "{bobs}");
+    assert!(bobs.to_string().contains("token-b"), "{bobs}");
+    let hers = views(&alice);
+    assert!(
+        !hers.to_string().contains("token-b"),
+        "alice sees bob's argv: {hers}"
+    );
+    assert_eq!(hers["broker"]["queued"], 2, "{hers}");
+    let out = b.gpuq(Some(&alice), &["cancel", &running.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    b.wait_state(third, "completed", 20);
+    assert_eq!(ids(&views(&bob)), Vec::<u64>::new());
+    assert_eq!(views(&alice)["broker"]["queued"], 0);
+}

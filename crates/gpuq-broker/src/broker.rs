@@ -79,7 +79,23 @@ pub struct Broker {
     ends: Mutex<HashMap<JobId, watch::Sender<bool>>>,
     /// Serialises the per-user queue count with the insert it allows.
     submits: Mutex<()>,
+    /// The last `jobs` array of `GET /v1/jobs` per (viewer UID, all), with
+    /// the store generation it was read at: a user who lists in a loop
+    /// costs a copy, not a pass over SQLite under the store's lock that
+    /// every other request waits for (issue 13, the hostile-clients
+    /// benchmark).
+    lists: Mutex<HashMap<(u32, bool), CachedList>>,
+    /// (generation, running job, queued count) of the last status: the
+    /// same for every viewer until the store changes.
+    counts: Mutex<Option<(u64, Option<JobId>, usize)>>,
 }
+
+/// A viewer's `jobs` array and the store generation it was read at.
+type CachedList = (u64, Arc<Vec<u8>>);
+
+/// Cached list views at most (one per recent viewer); past it the cache
+/// starts over. Each is one user's view of the queue.
+const LIST_CACHE_ENTRIES: usize = 16;
 
 fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
@@ -114,6 +130,8 @@ impl Broker {
             conns: Connections::new(cfg_limits),
             ends: Mutex::new(HashMap::new()),
             submits: Mutex::new(()),
+            lists: Mutex::new(HashMap::new()),
+            counts: Mutex::new(None),
         })
     }
 
@@ -404,39 +422,65 @@ impl Broker {
         })
     }
 
-    /// The same list as [`Broker::list`], as JSON, encoded row by row.
+    /// The same list as [`Broker::list`], as JSON, encoded row by row. The
+    /// `jobs` array comes from the cache when the store has not changed
+    /// since this viewer's last list; the broker's status is always fresh.
     pub fn list_json(&self, peer: &Peer, all: bool) -> Result<Vec<u8>, ApiError> {
-        let mut out = b"{\"jobs\":[".to_vec();
-        let mut first = true;
-        self.list_each(peer, all, |v| {
-            if !first {
-                out.push(b',');
+        let key = (peer.uid, all);
+        let cached = {
+            let lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+            lists
+                .get(&key)
+                .filter(|(generation, _)| *generation == self.store.generation())
+                .map(|(_, jobs)| Arc::clone(jobs))
+        };
+        let jobs = match cached {
+            Some(jobs) => jobs,
+            None => {
+                let mut jobs = Vec::new();
+                let mut first = true;
+                let generation = self.list_each(peer, all, |v| {
+                    if !first {
+                        jobs.push(b',');
+                    }
+                    first = false;
+                    // Serialising our own plain structs into a Vec cannot fail.
+                    let _ = serde_json::to_writer(&mut jobs, &v);
+                })?;
+                let jobs = Arc::new(jobs);
+                let mut lists = self.lists.lock().unwrap_or_else(|p| p.into_inner());
+                if lists.len() >= LIST_CACHE_ENTRIES && !lists.contains_key(&key) {
+                    lists.clear();
+                }
+                lists.insert(key, (generation, Arc::clone(&jobs)));
+                jobs
             }
-            first = false;
-            // Serialising our own plain structs into a Vec cannot fail.
-            let _ = serde_json::to_writer(&mut out, &v);
-        })?;
+        };
+        let mut out = Vec::with_capacity(jobs.len() + 512);
+        out.extend_from_slice(b"{\"jobs\":[");
+        out.extend_from_slice(&jobs);
         out.extend_from_slice(b"],\"broker\":");
         let _ = serde_json::to_writer(&mut out, &self.status()?);
         out.push(b'}');
         Ok(out)
     }
 
+    /// Each job of the list as `peer` sees it; returns the store generation
+    /// read at.
     fn list_each(
         &self,
         peer: &Peer,
         all: bool,
         mut f: impl FnMut(JobView),
-    ) -> Result<(), ApiError> {
+    ) -> Result<u64, ApiError> {
         let states = [JobState::Queued, JobState::Running];
         Ok(self
             .store
-            .for_each_view((!all).then_some(&states[..]), |v| f(v.as_seen_by(peer.uid)))?)
+            .for_each_view_at((!all).then_some(&states[..]), |v| f(v.as_seen_by(peer.uid)))?)
     }
 
     pub fn status(&self) -> Result<BrokerStatus, ApiError> {
-        let running = self.store.jobs(Some(&[JobState::Running]), false)?;
-        let queued = self.store.count(&[JobState::Queued], None)?;
+        let (running, queued) = self.counts()?;
         Ok(BrokerStatus {
             version: env!("CARGO_PKG_VERSION").to_string(),
             lock: self.lock_state(),
@@ -446,11 +490,33 @@ impl Broker {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
-            running: running.first().map(|j| j.id),
+            running,
             queued,
             runner: self.runner.name().to_string(),
             gpu: self.gpu.name().to_string(),
         })
+    }
+
+    /// The running job and the number queued, from the store only when it
+    /// changed since they were last read. The generation is taken before
+    /// the reads: a write in between leaves a stale generation behind,
+    /// which only makes the next call read again.
+    fn counts(&self) -> Result<(Option<JobId>, usize), ApiError> {
+        let generation = self.store.generation();
+        if let Some((g, running, queued)) = *self.counts.lock().unwrap_or_else(|p| p.into_inner()) {
+            if g == generation {
+                return Ok((running, queued));
+            }
+        }
+        let running = self
+            .store
+            .jobs(Some(&[JobState::Running]), false)?
+            .first()
+            .map(|j| j.id);
+        let queued = self.store.count(&[JobState::Queued], None)?;
+        *self.counts.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((generation, running, queued));
+        Ok((running, queued))
     }
 
     fn job_for(&self, peer: &Peer, id: JobId, verb: &str) -> Result<Job, ApiError> {

@@ -117,6 +117,10 @@ pub struct Store {
     /// `GET /v1/stats` shows it, so a test can prove that something (e.g.
     /// 200 `gpuq follow`s) costs no queries.
     queries: std::sync::atomic::AtomicU64,
+    /// Bumped by every write, under the connection's lock: a reader that
+    /// notes it under the same lock knows exactly which state it read
+    /// (the broker's list cache keys on it).
+    generation: std::sync::atomic::AtomicU64,
 }
 
 const SCHEMA: &str = "
@@ -168,12 +172,18 @@ impl Store {
             path: path.to_path_buf(),
             conn: Mutex::new(conn),
             queries: std::sync::atomic::AtomicU64::new(0),
+            generation: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
     /// How many calls into SQLite this store has made.
     pub fn queries(&self) -> u64 {
         self.queries.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The store's generation now: it changes with every write.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::Acquire)
     }
 
     fn with<T>(
@@ -191,9 +201,23 @@ impl Store {
         })
     }
 
+    /// [`Store::with`] for a write: the generation moves on before the
+    /// lock is released, also when the write failed (it may have done part).
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, rusqlite::Error>,
+    ) -> Result<T, StoreError> {
+        self.with(|c| {
+            let r = f(c);
+            self.generation
+                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            r
+        })
+    }
+
     /// Store a new queued job durably; returns the stored job.
     pub fn insert(&self, new: &NewJob, log_root: &Path) -> Result<Job, StoreError> {
-        let id = self.with(|c| {
+        let id = self.write(|c| {
             let tx = c.transaction()?;
             tx.execute(
                 "INSERT INTO jobs (uid, gid, groups, user, argv, cwd, env, name, inst, stor,
@@ -274,14 +298,24 @@ impl Store {
     pub fn for_each_view(
         &self,
         states: Option<&[JobState]>,
-        mut f: impl FnMut(JobView),
+        f: impl FnMut(JobView),
     ) -> Result<(), StoreError> {
+        self.for_each_view_at(states, f).map(|_| ())
+    }
+
+    /// [`Store::for_each_view`], returning the generation it read at.
+    pub fn for_each_view_at(
+        &self,
+        states: Option<&[JobState]>,
+        mut f: impl FnMut(JobView),
+    ) -> Result<u64, StoreError> {
         let filter = states.map_or(String::new(), |st| {
             format!("WHERE state IN ({})", in_list(st))
         });
         let columns = COLUMNS.replace(" env,", " '[]',");
         let mut bad = None;
-        self.with(|c| {
+        let generation = self.with(|c| {
+            let generation = self.generation();
             let mut st =
                 c.prepare_cached(&format!("SELECT {columns} FROM jobs {filter} ORDER BY id"))?;
             let mut rows = st.query([])?;
@@ -294,9 +328,9 @@ impl Store {
                     }
                 }
             }
-            Ok(())
+            Ok(generation)
         })?;
-        bad.map_or(Ok(()), Err)
+        bad.map_or(Ok(generation), Err)
     }
 
     /// Jobs in `states`, oldest first, complete.
@@ -335,7 +369,7 @@ impl Store {
     /// `queued` → `running`, durably. False if the job was not queued any more
     /// (cancelled meanwhile): then it must not be started.
     pub fn mark_running(&self, id: JobId, at: i64) -> Result<bool, StoreError> {
-        let n = self.with(|c| {
+        let n = self.write(|c| {
             c.execute(
                 "UPDATE jobs SET state = 'running', started_at = ?1 WHERE id = ?2 AND state = 'queued'",
                 params![at, id.0 as i64],
@@ -346,7 +380,7 @@ impl Store {
 
     /// Record how a job ended, if it was in `from`. False if it was not.
     pub fn finish(&self, id: JobId, from: JobState, end: &Ending) -> Result<bool, StoreError> {
-        let n = self.with(|c| {
+        let n = self.write(|c| {
             c.execute(
                 "UPDATE jobs SET state = ?1, exit_code = ?2, signal = ?3, reason = ?4, ended_at = ?5
                  WHERE id = ?6 AND state = ?7",
@@ -526,6 +560,33 @@ mod tests {
         assert!(!store.finish(a.id, JobState::Running, &end).unwrap());
         let queued = store.by_state(&[JobState::Queued]).unwrap();
         assert_eq!(queued.iter().map(|j| j.id).collect::<Vec<_>>(), vec![b.id]);
+    }
+
+    #[test]
+    fn every_write_moves_the_generation_and_reads_do_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("q.db")).unwrap();
+        let g0 = store.generation();
+        let a = store.insert(&new_job(1000), Path::new("/logs")).unwrap();
+        let g1 = store.generation();
+        assert!(g1 > g0, "insert");
+        let at = store.for_each_view_at(None, |_| {}).unwrap();
+        assert_eq!(at, g1, "a read reports the generation it read at");
+        store.get(a.id).unwrap();
+        store.by_state(&[JobState::Queued]).unwrap();
+        assert_eq!(store.generation(), g1, "reads leave it");
+        assert!(store.mark_running(a.id, 5).unwrap());
+        let g2 = store.generation();
+        assert!(g2 > g1, "start");
+        let end = Ending {
+            state: JobState::Completed,
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            ended_at: 9,
+        };
+        assert!(store.finish(a.id, JobState::Running, &end).unwrap());
+        assert!(store.generation() > g2, "end");
     }
 
     #[test]
