@@ -10,9 +10,11 @@
 //!
 //! What runs here so far (issue 14): the guest's devices (five NVMe
 //! controllers, one with two namespaces; huge pages; memlock unlimited for
-//! root), and the broker's systemd runner with systemd as PID 1 on a
-//! cgroup-v2 boot and on a cgroup-v1-only boot (EL8's default). The
-//! five-host physical-mode cluster inside the guest is not built yet.
+//! root), the broker's systemd runner with systemd as PID 1 on a
+//! cgroup-v2 boot and on a cgroup-v1-only boot (EL8's default), and the
+//! DAOS simulator's physical mode (its format writes a header to every
+//! namespace of exactly the listed NVMe controllers). The five-host
+//! physical-mode cluster inside the guest is not built yet.
 
 use gpuq_system_tests::systemd_box::workspace_root;
 use gpuq_system_tests::{bin_dir, cannot_run};
@@ -76,7 +78,7 @@ fn skip_reason() -> Option<String> {
     if !kernel {
         return Some("no cloud kernel in /boot (apt-get install linux-image-cloud-amd64)".into());
     }
-    for b in ["gpuq-broker", "gpuq"] {
+    for b in ["gpuq-broker", "gpuq", "daos-sim"] {
         if !bin_dir().join(b).exists() {
             return Some(format!(
                 "needs {} (cargo build --workspace --bins)",
@@ -106,7 +108,7 @@ fn image() -> PathBuf {
 /// info stripped: the disk is copied into an image per boot) and the guest
 /// scripts.
 fn stage(dir: &Path) {
-    for b in ["gpuq-broker", "gpuq"] {
+    for b in ["gpuq-broker", "gpuq", "daos-sim"] {
         let st = Command::new("objcopy")
             .arg("--strip-debug")
             .arg(bin_dir().join(b))
@@ -120,7 +122,7 @@ fn stage(dir: &Path) {
         dir.join("gpuq-broker.service"),
     )
     .expect("copy the unit");
-    for s in ["devices.sh", "systemd-runner.sh"] {
+    for s in ["devices.sh", "systemd-runner.sh", "sim-physical.sh"] {
         std::fs::copy(script("guest").join(s), dir.join(s)).expect("copy a guest script");
     }
 }
@@ -213,7 +215,8 @@ const RUNNER_CHECKS: &[&str] = &[
 ];
 
 #[test]
-fn a_site_vm_has_its_nvme_hugepages_and_memlock_and_runs_jobs_under_systemd_on_cgroup_v2() {
+fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgroup_v2_and_the_simulator_formats_only_listed_nvme(
+) {
     if let Some(why) = skip_reason() {
         cannot_run("site_vm (cgroup v2)", &why);
         return;
@@ -230,6 +233,13 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_and_runs_jobs_under_systemd_on_c
     let mut want = vec!["cgroup-mode-v2"];
     want.extend(RUNNER_CHECKS);
     vm.checks("SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
+    vm.checks(
+        "sh /gpuq/sim-physical.sh",
+        &[
+            "a-pci-address-without-nvme-fails-the-format-and-writes-nothing",
+            "format-writes-exactly-the-listed-controllers-namespaces",
+        ],
+    );
 }
 
 #[test]

@@ -201,6 +201,22 @@ impl Server {
                         &uuid,
                         &self.cfg.name,
                     )?;
+                } else if tier.class == "nvme" {
+                    // Physical mode: the controller's namespaces, as DAOS
+                    // (through SPDK) formats every namespace of each listed
+                    // controller. Nothing else is opened.
+                    let namespaces = nvme_namespaces(Path::new("/sys"), dev)?;
+                    for ns in &namespaces {
+                        write_nvme_header(ns, &uuid, &self.cfg.name, dev)?;
+                    }
+                    log(format!(
+                        "instance 0: wrote the simulator's header to {} (controller {dev})",
+                        namespaces
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
                 }
                 storage.nvme_devices.push(NvmeResult {
                     info: "CTL_SUCCESS".into(),
@@ -849,6 +865,77 @@ fn write_bdev_header(path: &Path, size_gib: u64, uuid: &str, system: &str) -> Re
     let mut hdr = BDEV_MAGIC.to_vec();
     hdr.extend(
         serde_json::json!({"engine": 0, "uuid": uuid, "system": system, "simulator": "daos-sim"})
+            .to_string()
+            .bytes(),
+    );
+    hdr.push(b'\n');
+    f.write_all(&hdr).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// The block devices (`/dev/nvmeXnY`) of the NVMe controller at PCI address
+/// `pci`, found in sysfs (`sys`): each `/sys/block/nvme*` whose `device`
+/// is that controller (its `address`), or — with native NVMe multipath —
+/// a subsystem holding a controller with that address. An address that
+/// names no namespace fails the format: the simulator never guesses.
+pub fn nvme_namespaces(sys: &Path, pci: &str) -> Result<Vec<PathBuf>, SimError> {
+    let io = |e| SimError::io(format!("find the namespaces of NVMe controller {pci}"), e);
+    let addr_of = |p: &Path| {
+        std::fs::read_to_string(p.join("address"))
+            .map(|a| a.trim().to_string())
+            .ok()
+    };
+    let mut found = Vec::new();
+    for e in std::fs::read_dir(sys.join("block")).map_err(io)? {
+        let name = e.map_err(io)?.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("nvme") {
+            continue;
+        }
+        let dev = sys.join("block").join(&name).join("device");
+        let ours = addr_of(&dev).as_deref() == Some(pci)
+            || std::fs::read_dir(&dev).is_ok_and(|d| {
+                d.flatten().any(|c| {
+                    let n = c.file_name().to_string_lossy().into_owned();
+                    n.starts_with("nvme")
+                        && n[4..].chars().all(|ch| ch.is_ascii_digit())
+                        && addr_of(&c.path()).as_deref() == Some(pci)
+                })
+            });
+        if ours {
+            found.push(PathBuf::from("/dev").join(name));
+        }
+    }
+    found.sort();
+    if found.is_empty() {
+        return Err(SimError::remote(
+            format!("no NVMe namespace of controller {pci} (bdev_list names PCI addresses)"),
+            DER_INVAL,
+        ));
+    }
+    Ok(found)
+}
+
+/// The simulator's header at offset 0 of a namespace (a block device: it
+/// is not created or resized), written through and synced. The wipe must
+/// remove it.
+fn write_nvme_header(dev: &Path, uuid: &str, system: &str, pci: &str) -> Result<(), SimError> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let io = |e| SimError::io(format!("write the bdev header to {}", dev.display()), e);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        // As SPDK claims a device: fail if it is mounted or held.
+        .custom_flags(libc::O_EXCL | libc::O_CLOEXEC)
+        .open(dev)
+        .map_err(io)?;
+    if !f.metadata().map_err(io)?.file_type().is_block_device() {
+        return Err(SimError::remote(
+            format!("{} is not a block device", dev.display()),
+            DER_INVAL,
+        ));
+    }
+    let mut hdr = BDEV_MAGIC.to_vec();
+    hdr.extend(
+        serde_json::json!({"engine": 0, "uuid": uuid, "system": system, "pci_addr": pci, "simulator": "daos-sim"})
             .to_string()
             .bytes(),
     );
