@@ -21,7 +21,7 @@ KVER=$(ls /lib/modules | grep -- '-cloud-amd64$' | sort -V | tail -n1 || true)
 # debootstrap's own resolver installs the base; apt (in the tree) the rest,
 # with their dependencies (debootstrap alone fails to configure podman's).
 BASE=systemd,systemd-sysv,dbus,procps,passwd,iproute2,kmod,util-linux,e2fsprogs,openssh-server,libudev1,libblkid1
-PACKAGES="podman runc conmon uidmap"
+PACKAGES="podman runc conmon uidmap curl openssh-client"
 
 if [ "$(id -u)" != 0 ]; then
   echo "build.sh: run as root (debootstrap creates device nodes and owners)" >&2
