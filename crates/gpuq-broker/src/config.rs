@@ -806,6 +806,14 @@ env = { FI_PROVIDER = "tcp" }
         assert!(c.daos_off("x").contains("no [daos] in"));
     }
 
+    /// The example that the package installs as broker.toml parses, and
+    /// leaves DAOS off explicitly.
+    #[test]
+    fn the_shipped_example_parses_with_daos_disabled() {
+        let c = parse(include_str!("../../../config/cxl2.toml")).unwrap();
+        assert!(c.daos.is_none() && c.daos_disabled);
+    }
+
     #[test]
     fn a_daos_section_is_parsed_with_defaults() {
         let c = parse(DAOS).unwrap();
