@@ -128,7 +128,13 @@ fn release2() -> Pkgs {
         let dir = target_dir().join("packages-upgrade-test");
         let _ = std::fs::remove_dir_all(&dir);
         let out = Command::new(workspace_root().join("integration/package"))
-            .args(["--no-build", "--release", "2", "--test-config-change", "--out"])
+            .args([
+                "--no-build",
+                "--release",
+                "2",
+                "--test-config-change",
+                "--out",
+            ])
             .arg(&dir)
             .output()
             .expect("run integration/package");
@@ -174,7 +180,10 @@ fn rpmlint_reports_no_errors_in_any_rpm() {
     for dist in ["el8", "el9"] {
         for pkg in ["gpuq", "gpuq-node"] {
             let rpm = p.rpm(pkg, dist);
-            let out = run(Command::new("rpmlint").arg(&rpm));
+            let out = run(Command::new("rpmlint")
+                .arg("-c")
+                .arg(workspace_root().join("packaging/rpmlint.toml"))
+                .arg(&rpm));
             let text = format!("{}{}", stdout(&out), stderr(&out));
             // rpmlint 2 ends with "N packages and M specfiles checked; E
             // errors, W warnings"; warnings (no %license file, ...) are
@@ -216,13 +225,21 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
             ("/usr/sbin/gpuq-broker", "0100755", "0"),
             ("/usr/sbin/gpuq-node", "0100755", "0"),
             ("/usr/libexec/gpuqueue-daos", "0100755", "0"),
-            ("/usr/lib/systemd/system/gpuq-broker.service", "0100644", "0"),
+            (
+                "/usr/lib/systemd/system/gpuq-broker.service",
+                "0100644",
+                "0",
+            ),
             ("/usr/lib/systemd/system/gpuq-node.service", "0100644", "0"),
             ("/etc/gpuqueue-daos/broker.toml", "0100644", "1"),
             ("/etc/gpuqueue-daos/node.toml", "0100644", "1"),
             ("/usr/share/gpuq/manifests/gpuq.json", "0100644", "0"),
             ("/usr/share/gpuq/manifests/gpuq-node.json", "0100644", "0"),
-            ("/usr/share/bash-completion/completions/gpuq", "0100644", "0"),
+            (
+                "/usr/share/bash-completion/completions/gpuq",
+                "0100644",
+                "0",
+            ),
             ("/usr/share/man/man1/gpuq-submit.1.gz", "0100644", "0"),
             ("/etc/gpuqueue-daos", "040755", "0"),
         ] {
@@ -271,8 +288,13 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
                     || l == "else"
                     || l == "fi"
                     || l == "exit 0"
-                    || (l.starts_with("echo \"") && l.ends_with('"') && l.matches('"').count() == 2);
-                assert!(ok, "{dist}: a scriptlet line that does more than print: {l:?}");
+                    || (l.starts_with("echo \"")
+                        && l.ends_with('"')
+                        && l.matches('"').count() == 2);
+                assert!(
+                    ok,
+                    "{dist}: a scriptlet line that does more than print: {l:?}"
+                );
             }
         }
         // The binaries' real C library need is declared (rpm's automatic
@@ -286,7 +308,10 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
         );
         let requires = rpm_q(&node, &["--requires"]);
         for lib in ["libc.so.6(", "libudev.so.1", "libblkid.so.1"] {
-            assert!(requires.contains(lib), "{dist} gpuq-node: {lib}:\n{requires}");
+            assert!(
+                requires.contains(lib),
+                "{dist} gpuq-node: {lib}:\n{requires}"
+            );
         }
     }
 }
@@ -330,7 +355,9 @@ impl RpmRoot {
     /// `rpm --root ROOT --dbpath /var/lib/rpm` (inside the root).
     fn rpm(&self) -> Command {
         let mut c = Command::new("rpm");
-        c.arg("--root").arg(self.0.path()).args(["--dbpath", "/var/lib/rpm"]);
+        c.arg("--root")
+            .arg(self.0.path())
+            .args(["--dbpath", "/var/lib/rpm"]);
         c
     }
 }
@@ -368,11 +395,19 @@ fn rpms_install_into_an_empty_root_and_an_upgrade_keeps_a_changed_config() {
         ("/etc/gpuqueue-daos/node.toml", 0o644),
     ] {
         let m = std::fs::metadata(root.path(path)).unwrap();
-        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (mode, 0, 0), "{path}");
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid(), m.gid()),
+            (mode, 0, 0),
+            "{path}"
+        );
     }
     // rpm -V: nothing differs from the package.
     let v = run(root.rpm().args(["-V", "gpuq", "gpuq-node"]));
-    assert!(v.status.success() && stdout(&v).is_empty(), "{}", stdout(&v));
+    assert!(
+        v.status.success() && stdout(&v).is_empty(),
+        "{}",
+        stdout(&v)
+    );
     // The shipped manifests agree with what was installed, file for file.
     for pkg in ["gpuq", "gpuq-node"] {
         let m = gpuq_manifest::Manifest::load(
@@ -466,29 +501,44 @@ fn completions_name_every_verb_and_every_man_page_renders_cleanly() {
         .filter_map(|l| l.split_whitespace().next().map(String::from))
         .filter(|v| v != "help")
         .collect();
-    assert!(verbs.len() >= 13 && verbs.contains(&"daos-status".into()), "{verbs:?}");
-    let bash = std::fs::read_to_string(p.staged("gpuq/usr/share/bash-completion/completions/gpuq")).unwrap();
+    assert!(
+        verbs.len() >= 13 && verbs.contains(&"daos-status".into()),
+        "{verbs:?}"
+    );
+    let bash = std::fs::read_to_string(p.staged("gpuq/usr/share/bash-completion/completions/gpuq"))
+        .unwrap();
     let zsh = std::fs::read_to_string(p.staged("gpuq/usr/share/zsh/site-functions/_gpuq")).unwrap();
-    let fish = std::fs::read_to_string(p.staged("gpuq/usr/share/fish/vendor_completions.d/gpuq.fish")).unwrap();
+    let fish =
+        std::fs::read_to_string(p.staged("gpuq/usr/share/fish/vendor_completions.d/gpuq.fish"))
+            .unwrap();
     let man = p.staged("gpuq/usr/share/man/man1");
     for v in &verbs {
         assert!(bash.contains(v), "bash completion lacks {v}");
         assert!(zsh.contains(&format!("'{v}:")), "zsh completion lacks {v}");
-        assert!(fish.contains(&format!("-a \"{v}\"")), "fish completion lacks {v}");
-        assert!(man.join(format!("gpuq-{v}.1.gz")).exists(), "no man page for {v}");
+        assert!(
+            fish.contains(&format!("-a \"{v}\"")),
+            "fish completion lacks {v}"
+        );
+        assert!(
+            man.join(format!("gpuq-{v}.1.gz")).exists(),
+            "no man page for {v}"
+        );
     }
     let mut pages = 0;
     for e in std::fs::read_dir(&man).unwrap() {
         let page = e.unwrap().path();
-        let out = run(
-            Command::new("man")
-                .args(["--warnings", "-l"])
-                .arg(&page)
-                .env("MANWIDTH", "80")
-                .env("MAN_KEEP_FORMATTING", "0"),
-        );
+        let out = run(Command::new("man")
+            .args(["--warnings", "-l"])
+            .arg(&page)
+            .env("MANWIDTH", "80")
+            .env("MAN_KEEP_FORMATTING", "0"));
         assert!(out.status.success(), "{}: {}", page.display(), stderr(&out));
-        assert!(stderr(&out).trim().is_empty(), "{}: {}", page.display(), stderr(&out));
+        assert!(
+            stderr(&out).trim().is_empty(),
+            "{}: {}",
+            page.display(),
+            stderr(&out)
+        );
         assert!(stdout(&out).contains("SYNOPSIS"), "{}", page.display());
         pages += 1;
     }
@@ -529,11 +579,16 @@ fn debs_install_and_upgrade_in_the_systemd_box() {
         let state = stdout(&b.sh(&format!(
             "systemctl is-enabled {unit}; systemctl is-active {unit}"
         )));
-        assert_eq!(state.split_whitespace().collect::<Vec<_>>(), ["disabled", "inactive"], "{unit}");
+        assert_eq!(
+            state.split_whitespace().collect::<Vec<_>>(),
+            ["disabled", "inactive"],
+            "{unit}"
+        );
     }
     assert_eq!(b.sh_ok("dpkg --verify gpuq gpuq-node"), "");
     assert_eq!(
-        b.sh_ok("systemctl show -P ExecStart gpuq-broker | grep -o 'path=[^ ;]*'").trim(),
+        b.sh_ok("systemctl show -P ExecStart gpuq-broker | grep -o 'path=[^ ;]*'")
+            .trim(),
         "path=/usr/sbin/gpuq-broker"
     );
     // The node helper with its shipped configuration: one line, exit 3.
@@ -558,7 +613,10 @@ fn debs_install_and_upgrade_in_the_systemd_box() {
         stdout(&b.sh("journalctl --no-pager -u gpuqueue-daos")),
         stdout(&b.sh("journalctl --no-pager -u gpuq-broker"))
     );
-    assert_eq!(b.sh_ok("systemctl is-active gpuqueue-daos").trim(), "active");
+    assert_eq!(
+        b.sh_ok("systemctl is-active gpuqueue-daos").trim(),
+        "active"
+    );
     let out = b.sh("gpuq submit --inst inst1 -- true");
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -572,9 +630,7 @@ fn debs_install_and_upgrade_in_the_systemd_box() {
     // with --force-confold, as unattended upgrades do).
     b.sh_ok("echo '# site change' >> /etc/gpuqueue-daos/broker.toml");
     let site = b.read("/etc/gpuqueue-daos/broker.toml");
-    let out = b.sh_ok(
-        "dpkg -i --force-confold /host/v2-gpuq.deb /host/v2-gpuq-node.deb 2>&1",
-    );
+    let out = b.sh_ok("dpkg -i --force-confold /host/v2-gpuq.deb /host/v2-gpuq-node.deb 2>&1");
     assert!(
         out.contains("gpuq: upgraded; the running gpuq-broker was NOT restarted"),
         "{out}"
@@ -588,12 +644,12 @@ fn debs_install_and_upgrade_in_the_systemd_box() {
         .contains("packaged configuration changed in release 2"));
     assert_eq!(
         b.sh_ok("dpkg-query -W -f '${Version} ' gpuq gpuq-node"),
-        format!(
-            "{v}-2 {v}-2 ",
-            v = env!("CARGO_PKG_VERSION")
-        )
+        format!("{v}-2 {v}-2 ", v = env!("CARGO_PKG_VERSION"))
     );
     // The running broker was not restarted; gpuq-node is still not enabled.
     assert_eq!(b.sh_ok("systemctl show -P MainPID gpuq-broker"), pid);
-    assert_eq!(stdout(&b.sh("systemctl is-enabled gpuq-node")).trim(), "disabled");
+    assert_eq!(
+        stdout(&b.sh("systemctl is-enabled gpuq-node")).trim(),
+        "disabled"
+    );
 }
