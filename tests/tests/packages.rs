@@ -541,7 +541,16 @@ fn completions_name_every_verb_and_every_man_page_renders_cleanly() {
             page.display(),
             stderr(&out)
         );
-        assert!(stdout(&out).contains("SYNOPSIS"), "{}", page.display());
+        // Bold is overstruck (X BACKSPACE X) when man writes to a pipe.
+        let mut text = String::new();
+        for c in stdout(&out).chars() {
+            if c == '\u{8}' {
+                text.pop();
+            } else {
+                text.push(c);
+            }
+        }
+        assert!(text.contains("SYNOPSIS"), "{}: {text}", page.display());
         pages += 1;
     }
     assert_eq!(pages, verbs.len() + 1, "gpuq.1 and one page per verb");
