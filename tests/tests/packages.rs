@@ -299,8 +299,20 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
         }
         // The binaries' real C library need is declared (rpm's automatic
         // ELF requirements): the newest GLIBC_ symbol version in the
-        // packaged binary is a Requires, so EL8 (2.28) refuses the package.
-        let needed = glibc_needed(&p.staged("gpuq/usr/sbin/gpuq-broker"));
+        // packaged binary is a Requires. It is at most EL8's 2.28 (the
+        // binaries are linked against it with cargo-zigbuild).
+        for bin in [
+            "gpuq/usr/bin/gpuq",
+            "gpuq/usr/sbin/gpuq-broker",
+            "gpuq-node/usr/sbin/gpuq-node",
+        ] {
+            let (_, v) = glibc_needed(&p.staged(bin));
+            assert!(
+                v <= (2, 28),
+                "{bin} needs glibc {v:?}, more than EL8's 2.28"
+            );
+        }
+        let (needed, _) = glibc_needed(&p.staged("gpuq/usr/sbin/gpuq-broker"));
         let requires = rpm_q(&gpuq, &["--requires"]);
         assert!(
             requires.contains(&format!("libc.so.6({needed})(64bit)")),
@@ -317,7 +329,7 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
 }
 
 /// The newest `GLIBC_x.y` a binary needs, by `objdump -T`.
-fn glibc_needed(binary: &Path) -> String {
+fn glibc_needed(binary: &Path) -> (String, (u32, u32)) {
     let dump = run_ok(Command::new("objdump").arg("-T").arg(binary));
     let mut best = (0u32, 0u32);
     for w in dump.split(|c: char| c.is_whitespace() || c == '(' || c == ')') {
@@ -327,7 +339,7 @@ fn glibc_needed(binary: &Path) -> String {
             best = best.max(ver);
         }
     }
-    format!("GLIBC_{}.{}", best.0, best.1)
+    (format!("GLIBC_{}.{}", best.0, best.1), best)
 }
 
 /// A throw-away root for `rpm --root` (its database inside it), removed on
