@@ -139,6 +139,16 @@ impl SystemdBox {
     /// Boot the box, install the binaries, write the broker's config
     /// (`runner = "systemd"`, `gpu = "none"`) and start `gpuq-broker.service`.
     pub fn boot() -> Self {
+        let b = Self::boot_bare();
+        b.install_broker();
+        b.start_broker();
+        b
+    }
+
+    /// Boot the box and wait for its systemd, installing nothing (the
+    /// package tests install the debs themselves). Files put in
+    /// [`SystemdBox::host_files`] appear in the box under `/host`.
+    pub fn boot_bare() -> Self {
         v1_systemd_dirs_before();
         LIVE_BOXES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let rootfs = rootfs();
@@ -209,9 +219,12 @@ impl SystemdBox {
             "systemd in the box is {state:?}:\n{}",
             stdout(&b.sh("systemctl --failed --no-pager; journalctl -b --no-pager | tail -n 50"))
         );
-        b.install_broker();
-        b.start_broker();
         b
+    }
+
+    /// The host directory the box sees read-only at `/host`.
+    pub fn host_files(&self) -> PathBuf {
+        self.dir.path().join("files")
     }
 
     /// The host's PID of the box's PID 1 (systemd).

@@ -125,6 +125,34 @@ fn bad_command_lines_are_usage_errors_without_panics() {
     assert_eq!(b.job_count(), 0);
 }
 
+/// The packaged configuration's `[daos] enabled = false`: GPU-only jobs run,
+/// a DAOS job is refused in one line naming the key and the file, and
+/// nothing is stored (no job, no lease record, no log file).
+#[test]
+fn a_broker_with_daos_disabled_runs_gpu_jobs_and_refuses_inst_in_one_line() {
+    require_env!();
+    let mut b = TestBroker::prepare("");
+    b.tables = "[daos]\nenabled = false\n".into();
+    let b = TestBroker::launch(b);
+    let out = b.gpuq(ROOT, &["submit", "--inst", "inst1", "--", "true"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("DAOS is disabled on this host (enabled = false in [daos] of")
+            && err.contains("ask the operator")
+            && err.trim_end().lines().count() == 1,
+        "{err}"
+    );
+    assert_eq!(b.job_count(), 0);
+    assert!(!b.path("state/active.json").exists());
+    let out = b.gpuq(ROOT, &["daos-status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("DAOS is disabled on this host"));
+    // A GPU-only job runs.
+    let id = b.submit(ROOT, &b.workdir(ROOT, "w"), &["--", "true"]);
+    b.wait_state(id, "completed", 30);
+}
+
 #[test]
 fn unreachable_broker_is_exit_3_with_a_hint() {
     let out = std::process::Command::new(bin("gpuq"))

@@ -6,7 +6,7 @@
 //! and reproduces what gpuq relies on — the strict config parser, the
 //! `awaitformat` → `joined` state machine, the superblock that makes a
 //! restarted server rejoin instead of awaiting format, and dmg's JSON shapes
-//! as recorded in `shared/spec/daos.md`. It stores nothing but small JSON
+//! as recorded in `docs/daos-facts.md`. It stores nothing but small JSON
 //! files and bdev headers, moves no data and has no engines, fabric,
 //! hugepages or SPDK. See `docs/daos-sim.md`.
 //!

@@ -1,7 +1,7 @@
 //! End-to-end tests of the simulator: real `daos-sim` processes (four
 //! servers on 127.0.0.1, distinct ports and metadata dirs) driven through
 //! the `dmg`, `daos` and `daos_agent` symlinks; JSON compared field for field
-//! with fixtures written from shared/spec/daos.md.
+//! with fixtures written from docs/daos-facts.md.
 
 mod harness;
 

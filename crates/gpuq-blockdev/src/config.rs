@@ -55,6 +55,12 @@ pub struct NodeSection {
     /// Accept `loop_backing_file` identities. Tests only; never in production.
     #[serde(default)]
     pub allow_loop_devices: bool,
+    /// `false`: `gpuq-node serve` refuses to start (the packaged
+    /// configuration ships so until an operator fills in this node's
+    /// devices and profiles). Missing: enabled, as before this key existed.
+    /// `devices` and `wipe` are operator tools and do not look at it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
 }
 
 /// `[[devices]]`: one research namespace this node may wipe.

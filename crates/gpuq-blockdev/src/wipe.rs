@@ -882,6 +882,7 @@ mod tests {
                 jobs_dir: "/j".into(),
                 test_dir: "/t".into(),
                 allow_loop_devices: allow_loop,
+                enabled: None,
             },
             devices: Vec::new(),
         }

@@ -1,5 +1,6 @@
 //! The shipped example configs (`config/da1.toml` … `da4.toml`) parse, name
-//! distinct fake devices, and never enable loop devices.
+//! distinct fake devices, never enable loop devices, and ship the node
+//! helper disabled (`enabled = false`: the packaged node.toml is da1.toml).
 
 use std::path::PathBuf;
 
@@ -14,6 +15,12 @@ fn example_configs_parse_and_never_allow_loop_devices() {
         assert!(
             !c.node.allow_loop_devices,
             "{} allows loop devices",
+            p.display()
+        );
+        assert_eq!(
+            c.node.enabled,
+            Some(false),
+            "{} is not shipped disabled",
             p.display()
         );
         assert!(!c.devices.is_empty());

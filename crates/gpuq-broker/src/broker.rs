@@ -314,10 +314,9 @@ impl Broker {
         if let Some(inst) = &req.inst {
             match &self.daos {
                 None => {
-                    return Err(ApiError::NotEnabled(format!(
-                    "DAOS jobs (--inst {inst}) are not enabled on this broker (no [daos] in {})",
-                    self.cfg.source.display()
-                )))
+                    return Err(ApiError::NotEnabled(
+                        self.cfg.daos_off(&format!("--inst {inst}")),
+                    ))
                 }
                 Some(d) if d.profile(inst).is_none() => {
                     return bad(format!(
@@ -1100,7 +1099,7 @@ impl Broker {
         }
         let Some(daos) = self.daos.clone() else {
             return Err(ApiError::NotEnabled(
-                "DAOS jobs are not enabled on this broker: there is no lease to recover".into(),
+                self.cfg.daos_off("nothing to recover"),
             ));
         };
         if !self.running_guard().is_empty()
@@ -1136,10 +1135,7 @@ impl Broker {
             ));
         }
         let Some(daos) = self.daos.clone() else {
-            return Err(ApiError::NotEnabled(
-                "DAOS jobs are not enabled on this broker (no [daos] section): no pins to verify"
-                    .into(),
-            ));
+            return Err(ApiError::NotEnabled(self.cfg.daos_off("no pins to verify")));
         };
         Ok(daos.verify_pins().await)
     }
@@ -1187,9 +1183,7 @@ impl Broker {
     /// `gpuq daos-status`: links, nodes, the lease; plus hold and lock.
     pub async fn daos_status(&self) -> Result<serde_json::Value, ApiError> {
         let Some(daos) = self.daos.clone() else {
-            return Err(ApiError::NotEnabled(
-                "DAOS jobs are not enabled on this broker (no [daos] section)".into(),
-            ));
+            return Err(ApiError::NotEnabled(self.cfg.daos_off("no DAOS status")));
         };
         let mut v = daos.status().await;
         v["hold"] = serde_json::to_value(self.hold_state()).unwrap_or_default();

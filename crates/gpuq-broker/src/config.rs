@@ -64,12 +64,19 @@ struct RawFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawDaos {
+    /// `false`: DAOS jobs are off on this host although the section is
+    /// there (the packaged configuration ships so, until an operator fills
+    /// in the nodes and turns it on). Missing: on, as before this key
+    /// existed, so existing configurations keep working.
+    enabled: Option<bool>,
     run_dir: Option<PathBuf>,
     podman_socket: Option<PathBuf>,
     forward_dir: Option<PathBuf>,
     ssh_user: Option<String>,
-    identity_file: PathBuf,
-    known_hosts_file: PathBuf,
+    // Required when enabled (checked in parse_daos), optional in the
+    // parse so that a disabled section may leave them out.
+    identity_file: Option<PathBuf>,
+    known_hosts_file: Option<PathBuf>,
     ssh_config_file: Option<PathBuf>,
     node_socket: Option<PathBuf>,
     node_podman_socket: Option<PathBuf>,
@@ -81,7 +88,9 @@ struct RawDaos {
     format_timeout_secs: Option<u64>,
     stop_timeout_secs: Option<u64>,
     wipe_timeout_secs: Option<u64>,
+    #[serde(default)]
     nodes: Vec<RawNode>,
+    #[serde(default)]
     profiles: std::collections::BTreeMap<String, RawProfile>,
 }
 
@@ -247,9 +256,28 @@ pub struct BrokerConfig {
     /// `[install]`: this host's manifests and install root, for
     /// `gpuq verify-install` (defaults: the packages'; tests set both).
     pub install: gpuq_manifest::InstallPaths,
+    /// `[daos] enabled = false`: the section is there but DAOS jobs are
+    /// off (then `daos` is `None`). Only for the messages.
+    pub daos_disabled: bool,
 }
 
 impl BrokerConfig {
+    /// Why DAOS requests are refused when there is no enabled `[daos]`:
+    /// one line, `what` saying what was asked for.
+    pub fn daos_off(&self, what: &str) -> String {
+        if self.daos_disabled {
+            format!(
+                "{what}: DAOS is disabled on this host (enabled = false in [daos] of {}); ask the operator",
+                self.source.display()
+            )
+        } else {
+            format!(
+                "{what}: DAOS jobs are not enabled on this broker (no [daos] in {})",
+                self.source.display()
+            )
+        }
+    }
+
     /// Read, check ownership/permissions, parse and validate.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         check_ownership(path)?;
@@ -373,13 +401,18 @@ impl BrokerConfig {
             },
             daos: None,
             install: raw.install,
+            daos_disabled: false,
         };
         if let Some(key) = cfg.install.invalid_key() {
             return Err(invalid(key, "expected an absolute path".into()));
         }
         let mut cfg = cfg;
-        if let Some(d) = raw.daos {
-            cfg.daos = Some(parse_daos(d, &invalid, &abs)?);
+        match raw.daos {
+            // Disabled: the other keys were read (types, unknown keys) but
+            // are not checked: an operator fills them in while it is off.
+            Some(d) if d.enabled == Some(false) => cfg.daos_disabled = true,
+            Some(d) => cfg.daos = Some(parse_daos(d, &invalid, &abs)?),
+            None => {}
         }
         if cfg.default_time_secs > cfg.max_time_secs {
             return Err(invalid(
@@ -399,6 +432,9 @@ type Invalid<'a> = &'a dyn Fn(&'static str, String) -> ConfigError;
 type Abs<'a> = &'a dyn Fn(&'static str, Option<PathBuf>, &str) -> Result<PathBuf, ConfigError>;
 
 fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, ConfigError> {
+    let required = |key: &'static str, v: Option<PathBuf>| {
+        v.ok_or_else(|| invalid(key, "missing (required while [daos] is enabled)".into()))
+    };
     if d.nodes.is_empty() {
         return Err(invalid(
             "daos.nodes",
@@ -551,8 +587,16 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
         )?,
         forward_dir: abs("daos.forward_dir", d.forward_dir, "/run/gpuq/links")?,
         ssh_user: d.ssh_user.unwrap_or_else(|| "root".into()),
-        identity_file: abs("daos.identity_file", Some(d.identity_file), "")?,
-        known_hosts_file: abs("daos.known_hosts_file", Some(d.known_hosts_file), "")?,
+        identity_file: abs(
+            "daos.identity_file",
+            Some(required("daos.identity_file", d.identity_file)?),
+            "",
+        )?,
+        known_hosts_file: abs(
+            "daos.known_hosts_file",
+            Some(required("daos.known_hosts_file", d.known_hosts_file)?),
+            "",
+        )?,
         ssh_config_file: match d.ssh_config_file {
             Some(p) => Some(abs("daos.ssh_config_file", Some(p), "")?),
             None => None,
@@ -750,6 +794,51 @@ image = "sha256:0000000000000000000000000000000000000000000000000000000000000001
 replicas = ["da1.example"]
 env = { FI_PROVIDER = "tcp" }
 "#;
+
+    #[test]
+    fn enabled_false_turns_daos_off_and_leaves_the_rest_unchecked() {
+        // The packaged configuration: the section, explicitly off, with
+        // nothing filled in yet.
+        let c = parse("[broker]\n[daos]\nenabled = false\n").unwrap();
+        assert!(c.daos.is_none() && c.daos_disabled);
+        let why = c.daos_off("--inst inst1");
+        assert!(
+            why.contains("DAOS is disabled on this host (enabled = false in [daos] of /etc/gpuqueue-daos/broker.toml); ask the operator"),
+            "{why}"
+        );
+        // A filled-in section stays off while enabled = false ...
+        let off = DAOS.replace("[daos]\n", "[daos]\nenabled = false\n");
+        let c = parse(&off).unwrap();
+        assert!(c.daos.is_none() && c.daos_disabled);
+        // ... and unknown keys are still errors.
+        let e = parse("[broker]\n[daos]\nenabled = false\nnodez = []\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nodez"), "{e}");
+        // enabled = true and a missing key: as before, DAOS is on.
+        let on = DAOS.replace("[daos]\n", "[daos]\nenabled = true\n");
+        assert!(parse(&on).unwrap().daos.is_some());
+        assert!(parse(DAOS).unwrap().daos.is_some());
+        // Enabled without the required keys names the key.
+        let no_key = on.replace("identity_file = \"/etc/gpuqueue-daos/id_ed25519\"\n", "");
+        let e = parse(&no_key).unwrap_err().to_string();
+        assert!(
+            e.contains("daos.identity_file") && e.contains("required"),
+            "{e}"
+        );
+        // Without any [daos], the message says so.
+        let c = parse("[broker]\n").unwrap();
+        assert!(!c.daos_disabled);
+        assert!(c.daos_off("x").contains("no [daos] in"));
+    }
+
+    /// The example that the package installs as broker.toml parses, and
+    /// leaves DAOS off explicitly.
+    #[test]
+    fn the_shipped_example_parses_with_daos_disabled() {
+        let c = parse(include_str!("../../../config/cxl2.toml")).unwrap();
+        assert!(c.daos.is_none() && c.daos_disabled);
+    }
 
     #[test]
     fn a_daos_section_is_parsed_with_defaults() {

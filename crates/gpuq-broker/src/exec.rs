@@ -123,8 +123,7 @@ impl Broker {
         }
         let Some(daos) = self.daos() else {
             return Err(ApiError::NotEnabled(
-                "DAOS jobs are not enabled on this broker: there is no DAOS system to exec into"
-                    .into(),
+                self.config().daos_off("no DAOS system to exec into"),
             ));
         };
         let job = self.exec_job(peer)?;

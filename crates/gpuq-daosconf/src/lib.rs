@@ -2,7 +2,7 @@
 //!
 //! DAOS parses its server configuration strictly (`yaml.UnmarshalStrict`): an
 //! unknown key is fatal, so what we write must match the pinned image's
-//! version (shared/spec/daos.md "Versions"):
+//! version (docs/daos-facts.md, "Versions"):
 //! - 2.8 names the management-service replicas `mgmt_svc_replicas`
 //!   (`access_points` is deprecated there; giving both is an error);
 //! - 2.6 only knows `access_points`;
@@ -10,7 +10,7 @@
 //! - 2.8 (and 2.6.5) refuse to start while transparent hugepages are not
 //!   `[never]` unless `allow_thp: true`.
 //!
-//! Only keys listed in shared/spec/daos.md are written, plus `fault_path`
+//! Only keys listed in docs/daos-facts.md are written, plus `fault_path`
 //! (a documented server key) where hosts share a hostname; server logs go
 //! to the container's output, which the node helper keeps per lease.
 //!

@@ -6,6 +6,12 @@ use crate::Exit;
 use gpuq_nodesvc::profile::ServiceConfig;
 
 pub fn run(cfg: ServiceConfig) -> Exit {
+    // Before anything else (log set-up, Podman, the socket): a disabled
+    // node starts nothing at all.
+    if let Err(why) = refuse_if_disabled(&cfg) {
+        eprintln!("gpuq-node: {why}");
+        return Exit::Config;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPUQ_LOG")
@@ -40,6 +46,18 @@ pub fn run(cfg: ServiceConfig) -> Exit {
     }
 }
 
+/// `[node] enabled = false`: one line saying so and what to do.
+fn refuse_if_disabled(cfg: &ServiceConfig) -> Result<(), String> {
+    if cfg.node.node.enabled == Some(false) {
+        return Err(format!(
+            "DAOS is disabled on this node (enabled = false in [node] of {}); serve does not start. \
+             Fill in this node's [[devices]] and [profiles], set enabled = true, then start gpuq-node",
+            cfg.source.display()
+        ));
+    }
+    Ok(())
+}
+
 async fn serve(cfg: ServiceConfig) -> Result<(), String> {
     let podman_socket = cfg.node.node.podman_socket.clone();
     let socket = cfg.node.node.socket.clone();
@@ -62,4 +80,52 @@ async fn serve(cfg: ServiceConfig) -> Result<(), String> {
     let _ = std::fs::remove_file(&socket);
     tracing::info!("gpuq-node stopping; containers of the current lease keep running");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A disabled node refuses before it binds its socket or asks Podman
+    /// anything: the socket does not appear and a listening "Podman" gets
+    /// no connection.
+    #[test]
+    fn a_disabled_node_starts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("node.sock");
+        let podman = dir.path().join("podman.sock");
+        let fake_podman = UnixListener::bind(&podman).unwrap();
+        fake_podman.set_nonblocking(true).unwrap();
+        let text = format!(
+            "[node]\nname = \"da1\"\nenabled = false\nsocket = \"{}\"\npodman_socket = \"{}\"\n\
+             jobs_dir = \"{}/jobs\"\ntest_dir = \"{}/test\"\n",
+            sock.display(),
+            podman.display(),
+            dir.path().display(),
+            dir.path().display()
+        );
+        let path = dir.path().join("node.toml");
+        let cfg = ServiceConfig::parse(&path, &text).unwrap();
+        let why = refuse_if_disabled(&cfg).unwrap_err();
+        assert!(
+            why.contains("DAOS is disabled on this node (enabled = false in [node] of")
+                && !why.contains('\n'),
+            "{why}"
+        );
+        assert!(matches!(run(cfg), Exit::Config));
+        assert!(!sock.exists(), "a disabled node bound its socket");
+        assert!(
+            fake_podman.accept().is_err(),
+            "a disabled node connected to Podman"
+        );
+        assert!(!dir.path().join("jobs").exists());
+
+        // enabled = true and a missing key: serve goes on.
+        for line in ["enabled = true\n", ""] {
+            let t = text.replace("enabled = false\n", line);
+            let cfg = ServiceConfig::parse(&path, &t).unwrap();
+            assert!(refuse_if_disabled(&cfg).is_ok());
+        }
+    }
 }

@@ -1,0 +1,124 @@
+//! The `gpuq` command line, as data: the clap definitions of every verb.
+//!
+//! Kept apart from `main.rs` so that the build-time generator
+//! (`examples/gpuq-gen-docs.rs`: shell completions and man pages for the
+//! packages) reads the very same definitions the command parses with.
+
+use clap::{Parser, Subcommand};
+use gpuq_protocol::JobId;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gpuq",
+    version,
+    about = "Queue jobs for the shared GPU (and DAOS) host",
+    after_help = "A bare `gpuq` is `gpuq list`. Socket: $GPUQ_SOCKET, else [broker] socket in $GPUQ_CONFIG \
+                  or /etc/gpuqueue-daos/broker.toml, else /run/gpuq/broker.sock."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub verb: Option<Verb>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Verb {
+    /// Queue a command; prints only the job ID.
+    Submit {
+        /// Time limit: 90m, 4h, 1h30m, HH:MM:SS or D-HH:MM:SS (default: the host's).
+        #[arg(long)]
+        time: Option<String>,
+        /// A short label shown in `gpuq list`.
+        #[arg(long)]
+        name: Option<String>,
+        /// DAOS institution profile: gives the job a fresh DAOS system.
+        #[arg(long, conflicts_with = "stor")]
+        inst: Option<String>,
+        /// Kernel storage on the same NVMe: lustre, nfsrdma or nvmeof.
+        #[arg(long)]
+        stor: Option<String>,
+        /// Print the whole answer as JSON instead of the ID.
+        #[arg(long)]
+        json: bool,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show the queue (add --all for finished jobs).
+    List {
+        #[arg(long)]
+        all: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one job.
+    Status {
+        job: JobId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a job's output so far.
+    Log { job: JobId },
+    /// Print a job's output as it grows; exit with the job's exit code.
+    Follow { job: JobId },
+    /// Cancel a queued or running job (all its processes end).
+    Cancel {
+        job: JobId,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lock the queue for maintenance (root).
+    Lock {
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release the maintenance lock (root). Never releases a recovery hold.
+    Unlock {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Retry the cleanup of the held DAOS lease from its first unconfirmed
+    /// step (root); the hold goes only when every node confirms.
+    Recover {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a command in a client container of your running --inst job (from
+    /// inside the job): its DAOS system, your UID, your submit directory.
+    /// Exits with the command's exit code.
+    DaosExec {
+        /// Working directory in the container (default: yours if it is
+        /// mounted there, else the job's submit directory).
+        #[arg(long)]
+        workdir: Option<String>,
+        /// NAME=VALUE for the command's environment (repeatable); nothing
+        /// else of yours is passed.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// The command and its arguments (after `--`).
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Check (root) that every profile's pinned image ID is present on this
+    /// host and on every node, and that no container of ours runs another
+    /// image; exits non-zero on any mismatch.
+    VerifyPins {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check (root) every file the gpuq packages installed, on this host and
+    /// on every node, against the packages' SHA-256 manifests; the versions
+    /// of this CLI, the broker, the node helpers and the manifests must
+    /// match. Changed configuration files are shown as information. Exits
+    /// non-zero on any failure.
+    VerifyInstall {
+        #[arg(long)]
+        json: bool,
+    },
+    /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
+    DaosStatus {
+        #[arg(long)]
+        json: bool,
+    },
+}
