@@ -162,6 +162,16 @@ impl Transport {
         let chain = load_certs(&cert_path)?;
         let key = PrivateKeyDer::from_pem_slice(&load_pem(&key_path, key_max)?)
             .map_err(|e| tls_err(&key_path, e))?;
+        if role == Role::Agent && !is_rsa(&key) {
+            // DAOS's agent signs every client credential with its key, and
+            // its TokenSigner knows RSA only (security/signature.go:
+            // UnsupportedKeyError "key contains an unsupported key type").
+            // Real DAOS fails each request; the simulator fails at start.
+            return Err(tls_err(
+                &key_path,
+                "key contains an unsupported key type (DAOS's agent signs credentials with RSA keys only)",
+            ));
+        }
 
         let client = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
@@ -305,6 +315,25 @@ pub fn read_line(r: impl Read) -> Option<String> {
 
 /// Reads the certificate files of `tc` to check them (daos_server and
 /// daos_agent do this at start, so a bad file fails the start).
+/// An RSA private key: PKCS#1, or PKCS#8 whose algorithm is rsaEncryption
+/// (OID 1.2.840.113549.1.1.1, DER `06 09 2a 86 48 86 f7 0d 01 01 01`, in the
+/// AlgorithmIdentifier near the start).
+fn is_rsa(key: &PrivateKeyDer<'_>) -> bool {
+    const RSA_OID: &[u8] = &[
+        0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
+    ];
+    match key {
+        PrivateKeyDer::Pkcs1(_) => true,
+        PrivateKeyDer::Pkcs8(k) => {
+            let der = k.secret_pkcs8_der();
+            der[..der.len().min(32)]
+                .windows(RSA_OID.len())
+                .any(|w| w == RSA_OID)
+        }
+        _ => false,
+    }
+}
+
 pub fn check_files(tc: &TransportConfig, role: Role) -> Result<(), SimError> {
     Transport::load(tc, role).map(|_| ())
 }

@@ -225,3 +225,72 @@ fn a_tls_client_on_an_insecure_port_is_refused() {
         c.log(0)
     );
 }
+
+/// DAOS's agent signs client credentials with RSA only
+/// (security/signature.go): the simulator's agent refuses an ECDSA agent
+/// key at start, and starts with the lease's (RSA) one.
+#[test]
+fn an_agent_with_an_ecdsa_key_is_refused_like_daos_and_the_lease_key_works() {
+    let c = Cluster::new(0);
+    let dir = c.tmp.path().join("certs");
+    let [_, _, agent_tc] = write_lease_certs(&dir, "lease-rsa");
+    let ec = rcgen::KeyPair::generate().unwrap(); // ECDSA P-256
+    let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+        .unwrap()
+        .self_signed(&ec)
+        .unwrap();
+    for (name, body, mode) in [
+        ("ec-agent.crt", cert.pem(), 0o444),
+        ("ec-agent.key", ec.serialize_pem(), 0o400),
+    ] {
+        fs::write(dir.join(name), body).unwrap();
+        fs::set_permissions(dir.join(name), fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let d = dir.display();
+    let ec_tc = format!(
+        "{{allow_insecure: false, ca_cert: {d}/daosCA.crt, cert: {d}/ec-agent.crt, key: {d}/ec-agent.key}}"
+    );
+    let run = |tag: &str, tc: &str| {
+        let yml = c.tmp.path().join(format!("agent-{tag}.yml"));
+        fs::write(
+            &yml,
+            format!("name: daos_server\naccess_points: ['127.0.0.1:1']\nport: 10001\ntransport_config: {tc}\nfabric_ifaces: []\n"),
+        )
+        .unwrap();
+        let sock_dir = c.tmp.path().join(format!("agent-{tag}"));
+        let mut child = std::process::Command::new(c.bin.join("daos_agent"))
+            .args(["-o", yml.to_str().unwrap()])
+            .env("DAOS_AGENT_DRPC_DIR", &sock_dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn daos_agent");
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                let out = child.wait_with_output().unwrap();
+                return (Some(st), String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+            if sock_dir.join("daos_agent.sock").exists() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return (None, String::new());
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "{tag}: neither up nor exited"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (exit, err) = run("ec", &ec_tc);
+    assert!(
+        exit.is_some_and(|s| !s.success()),
+        "an ECDSA agent started: {err}"
+    );
+    assert!(err.contains("unsupported key type"), "{err}");
+    assert!(!c.tmp.path().join("agent-ec/daos_agent.sock").exists());
+    let (exit, err) = run("rsa", &agent_tc);
+    assert!(exit.is_none(), "the lease's RSA agent did not start: {err}");
+}

@@ -16,8 +16,12 @@
 //!
 //! DAOS decides what a peer may do from its certificate's common name
 //! (`src/control/security/grpc_authorization.go`: `admin`, `agent`,
-//! `server`), so the names are fixed. Keys are ECDSA P-256 (rcgen with
-//! ring cannot make RSA keys). DAOS refuses a key file whose mode allows
+//! `server`), so the names are fixed. Keys are RSA 2048 (PKCS#8; certificates
+//! signed with RSA PKCS#1 v1.5 SHA-256): DAOS signs and verifies agent
+//! credentials with RSA only (`security/signature.go`, `pem.go`
+//! `LoadPrivateKey`: "unsupported private key type" for anything else), so
+//! the ECDSA keys used before would have failed every client request on a
+//! real DAOS. DAOS refuses a key file whose mode allows
 //! more than 0400 (server, agent) or 0440 (admin) (`security/pem.go`):
 //! [`install`] writes keys 0400.
 //!
@@ -124,13 +128,20 @@ impl LeaseCerts {
         ];
         ca.not_before = from;
         ca.not_after = to;
-        let ca_key = KeyPair::generate().map_err(err("CA"))?;
+        // The four keys at once: RSA generation is most of the work.
+        let mut keys = rsa_key_pairs(4).into_iter();
+        let mut next_key = |what: &'static str| {
+            keys.next()
+                .unwrap_or(Err(rcgen::Error::KeyGenerationUnavailable))
+                .map_err(err(what))
+        };
+        let ca_key = next_key("CA")?;
         let ca_cert = ca.self_signed(&ca_key).map_err(err("CA"))?;
         let issuer = Issuer::new(ca, ca_key);
 
-        let leaf = |cn: &'static str,
-                    sans: Vec<String>,
-                    ekus: Vec<ExtendedKeyUsagePurpose>|
+        let mut leaf = |cn: &'static str,
+                        sans: Vec<String>,
+                        ekus: Vec<ExtendedKeyUsagePurpose>|
          -> Result<CertKey, CertError> {
             let mut p = CertificateParams::new(sans).map_err(err(cn))?;
             p.distinguished_name = dn(cn);
@@ -142,7 +153,7 @@ impl LeaseCerts {
             p.extended_key_usages = ekus;
             p.not_before = from;
             p.not_after = to;
-            let key = KeyPair::generate().map_err(err(cn))?;
+            let key = next_key(cn)?;
             let cert = p.signed_by(&key, &issuer).map_err(err(cn))?;
             Ok(CertKey {
                 cert: cert.pem(),
@@ -164,6 +175,38 @@ impl LeaseCerts {
             agent: leaf(CN_AGENT, Vec::new(), vec![ClientAuth])?,
         })
     }
+}
+
+/// Bits of every lease key (CA and leaves). 2048: a lease's keys live for
+/// one job (hours) and are deleted by its wipe; 3072 took four times as
+/// long to generate (four keys on four threads: 0.7 s at 2048, 7.7 s at 3072 one after another, 2 loaded cores).
+pub const RSA_BITS: usize = 2048;
+
+/// `n` fresh RSA key pairs, generated on `n` threads.
+fn rsa_key_pairs(n: usize) -> Vec<Result<KeyPair, rcgen::Error>> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n).map(|_| s.spawn(rsa_key_pair)).collect();
+        hs.into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or(Err(rcgen::Error::KeyGenerationUnavailable))
+            })
+            .collect()
+    })
+}
+
+/// A fresh RSA key (PKCS#8), signing with RSA PKCS#1 v1.5 SHA-256. Real
+/// DAOS uses RSA only for its credentials (the agent signs with RSA-PSS
+/// SHA-512 and the servers verify with the agent certificate's key): an
+/// ECDSA agent key makes every client request fail there.
+fn rsa_key_pair() -> Result<KeyPair, rcgen::Error> {
+    use rsa::pkcs8::EncodePrivateKey;
+    let key = rsa::RsaPrivateKey::new(&mut rand_core::OsRng, RSA_BITS)
+        .map_err(|_| rcgen::Error::KeyGenerationUnavailable)?;
+    let der = key
+        .to_pkcs8_der()
+        .map_err(|_| rcgen::Error::KeyGenerationUnavailable)?;
+    KeyPair::from_pkcs8_der_and_sign_algo(&der.as_bytes().into(), &rcgen::PKCS_RSA_SHA256)
 }
 
 fn dn(cn: &str) -> DistinguishedName {
@@ -249,6 +292,43 @@ pub fn install(
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    /// What real DAOS needs of the keys: RSA in a PKCS#8 "PRIVATE KEY"
+    /// block (`security/pem.go` LoadPrivateKey), and an agent key that signs
+    /// RSA-PSS SHA-512 verifiable with its certificate's public key
+    /// (`security/signature.go` TokenSigner).
+    #[test]
+    fn every_key_is_rsa_in_pkcs8_and_the_agent_key_signs_as_daos_does() {
+        use rsa::pkcs8::DecodePrivateKey;
+        use rsa::traits::PublicKeyParts;
+        let t = std::time::Instant::now();
+        let c = LeaseCerts::generate("L-rsa").unwrap();
+        eprintln!("one lease's four RSA keys in {:?}", t.elapsed());
+        for (who, k) in [
+            ("server", &c.server),
+            ("admin", &c.admin),
+            ("agent", &c.agent),
+        ] {
+            assert!(k.key.starts_with("-----BEGIN PRIVATE KEY-----"), "{who}");
+            let key = rsa::RsaPrivateKey::from_pkcs8_pem(&k.key)
+                .unwrap_or_else(|e| panic!("{who}: not an RSA PKCS#8 key: {e}"));
+            assert_eq!(key.size() * 8, RSA_BITS, "{who}");
+        }
+        let agent = rsa::RsaPrivateKey::from_pkcs8_pem(&c.agent.key).unwrap();
+        use sha2::Digest;
+        let digest = sha2::Sha512::digest(b"a credential");
+        let sig = agent
+            .sign_with_rng(
+                &mut rand_core::OsRng,
+                rsa::Pss::new::<sha2::Sha512>(),
+                &digest,
+            )
+            .unwrap();
+        agent
+            .to_public_key()
+            .verify(rsa::Pss::new::<sha2::Sha512>(), &digest, &sig)
+            .unwrap();
+    }
 
     #[test]
     fn year_of_known_dates() {
