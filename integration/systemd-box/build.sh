@@ -30,13 +30,7 @@ if [ -f "$OUT/rootfs.stamp" ] && [ "$(cat "$OUT/rootfs.stamp")" = "$VERSION" ] &
   exit 0
 fi
 
-mirror=${GPUQ_DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-    | sed -n -E 's#^(URIs:[[:space:]]*|deb[[:space:]]+(\[[^]]*\][[:space:]]+)?)(https?://[^[:space:]]*/debian)/?([[:space:]].*)?$#\3#p' \
-    | head -n1 || true)
-fi
-mirror=${mirror:-http://deb.debian.org/debian}
+mirror=$("$(dirname "$0")/../debian-mirror")
 
 rm -f "$OUT/rootfs.stamp"
 tmp="$OUT/rootfs.new"

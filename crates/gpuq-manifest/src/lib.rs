@@ -165,7 +165,18 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         path: path.to_path_buf(),
         source,
     };
-    let mut file = OpenOptions::new()
+    let (mut file, _) = open_regular(path)?;
+    sha256_reader(&mut file).map_err(io)
+}
+
+/// `path` opened read-only without following a final symlink, and its
+/// metadata; anything but a regular file is [`Error::NotRegular`].
+pub(crate) fn open_regular(path: &Path) -> Result<(File, std::fs::Metadata)> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
@@ -184,7 +195,7 @@ pub fn sha256_file(path: &Path) -> Result<String> {
             path: path.to_path_buf(),
         });
     }
-    sha256_reader(&mut file).map_err(io)
+    Ok((file, meta))
 }
 
 /// Lower-case hex SHA-256 of everything `r` yields.

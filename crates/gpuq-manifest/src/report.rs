@@ -13,9 +13,9 @@
 //! upgraded on disk and not restarted). Changed configuration files are
 //! information, not failures.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -98,25 +98,7 @@ pub fn load_trusted(path: &Path, owner: u32) -> Result<Manifest> {
         path: path.to_path_buf(),
         source,
     };
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                Error::NotRegular {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                io(e)
-            }
-        })?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.file_type().is_file() {
-        return Err(Error::NotRegular {
-            path: path.to_path_buf(),
-        });
-    }
+    let (file, meta) = crate::open_regular(path)?;
     if meta.uid() != owner || meta.mode() & 0o022 != 0 {
         return Err(Error::Untrusted {
             path: path.to_path_buf(),
