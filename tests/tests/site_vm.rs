@@ -237,6 +237,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
         "sh /gpuq/sim-physical.sh",
         &[
             "a-pci-address-without-nvme-fails-the-format-and-writes-nothing",
+            "a-mounted-namespace-fails-the-format-and-is-left-as-it-was",
             "format-writes-exactly-the-listed-controllers-namespaces",
         ],
     );

@@ -66,6 +66,27 @@ stop
 for d in /dev/nvme*n*; do zeros "$d" || fail no-nvme "$d was written"; done
 ok a-pci-address-without-nvme-fails-the-format-and-writes-nothing
 
+# A namespace in use (mounted): the format's O_EXCL open fails, as SPDK
+# cannot claim it; the filesystem on it is left as it was.
+C=0000:00:14.0; c=$(ctrl_of $C)
+[ -n "$c" ] || fail setup "no controller at $C"
+mkfs.ext4 -q -F "/dev/${c}n1" || fail in-use "mkfs.ext4 /dev/${c}n1"
+# The header would go at offset 0; ext4 leaves the first KiB alone (its
+# superblock, at 1 KiB, changes with the mount itself).
+first_kib() { head -c 1024 "$1" | sha256sum | cut -d' ' -f1; }
+before=$(first_kib "/dev/${c}n1")
+mkdir -p /mnt/in-use && mount "/dev/${c}n1" /mnt/in-use || fail in-use "mount /dev/${c}n1"
+start "\"$C\""
+out=$("$W/bin/dmg" -o "$W/control.yml" -j storage format 2>&1) || true
+stop
+umount /mnt/in-use
+echo "$out" | grep -q '"host_errors": {}' && fail in-use "formatted a mounted namespace: $out"
+echo "$out" | grep -q "/dev/${c}n1" || fail in-use "$out"
+head_is_ours "/dev/${c}n1" && fail in-use "the header was written to the mounted /dev/${c}n1"
+[ "$(first_kib "/dev/${c}n1")" = "$before" ] || fail in-use "the first KiB of /dev/${c}n1 changed"
+blkid -p -o value -s TYPE "/dev/${c}n1" | grep -qx ext4 || fail in-use "/dev/${c}n1 is no longer ext4"
+ok a-mounted-namespace-fails-the-format-and-is-left-as-it-was
+
 # Two controllers (one with two namespaces): exactly their namespaces get
 # the header.
 start "\"$A\", \"$B\""
@@ -73,9 +94,11 @@ out=$("$W/bin/dmg" -o "$W/control.yml" -j storage format 2>&1) || fail format "$
 echo "$out" | grep -q '"host_errors": {}' || fail format "$out"
 stop
 for d in /dev/nvme*n*; do
-  c=$(basename "$d" | sed 's/n[0-9]*$//')
-  if [ "$c" = "$a" ] || [ "$c" = "$b" ]; then
+  dc=$(basename "$d" | sed 's/n[0-9]*$//')
+  if [ "$dc" = "$a" ] || [ "$dc" = "$b" ]; then
     head_is_ours "$d" || fail format "$d has no header: $(head -c 80 "$d" | od -c | head -3)"
+  elif [ "$d" = "/dev/$(ctrl_of $C)n1" ]; then
+    head_is_ours "$d" && fail format "$d (not listed, holds ext4) got the header"
   else
     zeros "$d" || fail format "$d (not listed) was written"
   fi
