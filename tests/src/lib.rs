@@ -71,7 +71,8 @@ macro_rules! require_env {
     };
 }
 
-fn which(tool: &str) -> Option<PathBuf> {
+/// `tool`'s path on `PATH`, if it is there.
+pub fn which(tool: &str) -> Option<PathBuf> {
     std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()

@@ -37,14 +37,7 @@ runtime = \"runc\"\n\
 cgroup_manager = \"cgroupfs\"\n\
 events_logger = \"file\"\n";
 
-fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .map(|d| d.join(tool))
-        .find(|p| p.exists())
-}
+use crate::which;
 
 /// The workspace root (this crate lives in `<root>/tests`).
 pub fn workspace_root() -> PathBuf {

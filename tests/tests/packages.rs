@@ -12,7 +12,7 @@
 //! into `target/packages-upgrade-test/`.
 
 use gpuq_system_tests::systemd_box::SystemdBox;
-use gpuq_system_tests::{bin_dir, cannot_run, require_systemd_box, stderr, stdout};
+use gpuq_system_tests::{bin_dir, cannot_run, require_systemd_box, stderr, stdout, which};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -32,13 +32,6 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-fn which(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 /// Fails (or skips, with GPUQ_ALLOW_SKIP=1) unless root and every tool is
 /// here; `false` means: return now.
 fn have(test: &str, tools: &[&str]) -> bool {
@@ -47,7 +40,7 @@ fn have(test: &str, tools: &[&str]) -> bool {
         return false;
     }
     for t in tools {
-        if !which(t) {
+        if which(t).is_none() {
             cannot_run(
                 test,
                 &format!("needs {t} (integration/install-deps installs rpm, rpmlint, dpkg-dev, busybox-static)"),

@@ -17,7 +17,7 @@
 //! physical-mode cluster inside the guest is not built yet.
 
 use gpuq_system_tests::systemd_box::workspace_root;
-use gpuq_system_tests::{bin_dir, cannot_run};
+use gpuq_system_tests::{bin_dir, cannot_run, which};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Instant;
@@ -43,15 +43,7 @@ fn text(o: &Output) -> String {
 
 /// Why the site VM cannot run here, if it cannot.
 fn skip_reason() -> Option<String> {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    if !uid {
+    if !nix::unistd::Uid::effective().is_root() {
         return Some("the site VM is built and booted as root".into());
     }
     for tool in [
@@ -61,11 +53,7 @@ fn skip_reason() -> Option<String> {
         "objcopy",
         "ssh",
     ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
-            .unwrap_or(false)
-            || Path::new("/usr/sbin").join(tool).is_file();
-        if !found {
+        if which(tool).is_none() {
             return Some(format!(
                 "{tool} is not installed (integration/install-deps installs it)"
             ));
