@@ -29,6 +29,14 @@ fn site_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target/site-vm"))
 }
 
+/// `program` under timeout(1): every step here waits on a guest, a mirror
+/// or QEMU, and none may hang the suite (a stuck one fails with 124).
+fn within(secs: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["--kill-after=10", &secs.to_string()]).arg(program);
+    c
+}
+
 fn script(name: &str) -> PathBuf {
     workspace_root().join("integration/vm/site").join(name)
 }
@@ -81,7 +89,7 @@ fn skip_reason() -> Option<String> {
 fn image() -> PathBuf {
     let dir = site_dir();
     let t = Instant::now();
-    let out = Command::new("bash")
+    let out = within(1200, "bash")
         .arg(script("build.sh"))
         .arg(&dir)
         .stdin(Stdio::null())
@@ -132,7 +140,7 @@ impl Vm {
         std::fs::create_dir(&files).unwrap();
         stage(&files);
         let state = tmp.path().join("state");
-        let mut cmd = Command::new(script("up"));
+        let mut cmd = within(600, script("up"));
         cmd.arg(&img).arg(&state).arg("--files").arg(&files);
         if cgroup_v1 {
             cmd.arg("--cgroup-v1");
@@ -151,7 +159,7 @@ impl Vm {
 
     /// Run `cmd` (one shell line) as root in the guest.
     fn run(&self, cmd: &str) -> Output {
-        Command::new(script("run"))
+        within(900, script("run"))
             .arg(&self.state)
             .arg(cmd)
             .stdin(Stdio::null())
@@ -190,7 +198,7 @@ impl Drop for Vm {
                 tail.join("\n")
             );
         }
-        let _ = Command::new(script("down")).arg(&self.state).status();
+        let _ = within(120, script("down")).arg(&self.state).status();
     }
 }
 
