@@ -14,6 +14,7 @@ use crate::error::ApiError;
 use crate::gpu::GpuProbe;
 use crate::joblog;
 use crate::limits::Connections;
+use crate::metrics::Metrics;
 use crate::now;
 use crate::policy::{self, Gate, GateInputs};
 use crate::runner::{JobSpec, Outcome, Runner};
@@ -88,6 +89,8 @@ pub struct Broker {
     /// (generation, running job, queued count) of the last status: the
     /// same for every viewer until the store changes.
     counts: Mutex<Option<(u64, Option<JobId>, usize)>>,
+    /// What `[metrics] listen` serves (kept whether or not it is served).
+    metrics: Metrics,
 }
 
 /// A viewer's `jobs` array and the store generation it was read at.
@@ -132,7 +135,28 @@ impl Broker {
             submits: Mutex::new(()),
             lists: Mutex::new(HashMap::new()),
             counts: Mutex::new(None),
+            metrics: Metrics::new(),
         })
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// One scrape of `[metrics] listen`: the queue now, and every node
+    /// helper's metrics over the links that are up (each within 2 s).
+    pub async fn scrape(&self) -> String {
+        let (running, queued) = self.counts().unwrap_or((None, 0));
+        let nodes = match &self.daos {
+            Some(d) => Some(d.node_metrics().await),
+            None => None,
+        };
+        self.metrics.encode(
+            queued,
+            usize::from(running.is_some()),
+            self.hold_state().is_some(),
+            nodes,
+        )
     }
 
     pub fn connections(&self) -> &Arc<Connections> {
@@ -162,6 +186,30 @@ impl Broker {
         }))
     }
 
+    /// `GET /v1/usage` (`gpuq stats`): the jobs that ended in
+    /// `[since, until)` (default: the last 30 days), everyone's for root,
+    /// the caller's own for anyone else.
+    pub fn usage(
+        &self,
+        peer: &Peer,
+        since: Option<i64>,
+        until: Option<i64>,
+    ) -> Result<gpuq_protocol::UsageReport, ApiError> {
+        let until = until.unwrap_or_else(|| now() + 1);
+        let since = since.unwrap_or(until - crate::usage::DEFAULT_DAYS * 86_400);
+        if since >= until {
+            return Err(ApiError::BadRequest(format!(
+                "the period is empty: since ({}) is not before until ({})",
+                gpuq_protocol::time::format_utc(since),
+                gpuq_protocol::time::format_utc(until)
+            )));
+        }
+        let all = peer.is_root();
+        let uid = if all { None } else { Some(peer.uid) };
+        let jobs = self.store.ended_between(since, until, uid)?;
+        Ok(crate::usage::report(since, until, all, &jobs))
+    }
+
     fn ends_guard(&self) -> std::sync::MutexGuard<'_, HashMap<JobId, watch::Sender<bool>>> {
         self.ends.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -176,6 +224,7 @@ impl Broker {
     ) -> Result<bool, crate::store::StoreError> {
         let done = self.store.finish(id, from, end)?;
         if done {
+            self.metrics.ended(&end.state.to_string());
             if let Some(tx) = self.ends_guard().remove(&id) {
                 tx.send_replace(true);
             }
@@ -786,6 +835,10 @@ impl Broker {
             job.started_at = Some(started);
             running.insert(job.id, Some(tx));
         }
+        self.metrics.started(
+            job.inst.is_some(),
+            (job.started_at.unwrap_or_else(now) - job.submitted_at) as f64,
+        );
         if job.inst.is_some() {
             tokio::spawn(Arc::clone(self).supervise_daos(job, rx));
             return Ok(());
@@ -962,6 +1015,7 @@ impl Broker {
                 path: job.log_path.clone(),
                 uid: job.uid,
             }),
+            metrics: &self.metrics,
         };
         note(&format!(
             "job {id} started as {} (uid {}) in {}: DAOS profile {profile}, lease {lease}; the limit {} covers preparation and the job",
@@ -989,6 +1043,15 @@ impl Broker {
             let _ = stop_prep.send(true);
             if let Err(e) = prepare.await {
                 tracing::info!(job = %id, "preparation stopped: {e}");
+            }
+        }
+        if prepared.is_ok() {
+            // The whole preparation, to its end (a cancelled or timed-out
+            // one is not a preparation time).
+            let secs = t0.elapsed().as_secs_f64();
+            self.metrics.phase("prepare", secs);
+            if let Err(e) = self.store.daos_time(id, "prepare", secs) {
+                tracing::warn!(job = %id, "recording the preparation time: {e}");
             }
         }
         let why = match prepared {
@@ -1080,8 +1143,18 @@ impl Broker {
             let _ = done.send(());
         }
         crash_point("job_ended");
+        let t = std::time::Instant::now();
         match daos.cleanup_for(&lease, &local).await {
-            Ok(Some(m)) => tracing::info!(job = %id, "{m}"),
+            Ok(Some(m)) => {
+                // Only a cleanup that released the lease has a time; a
+                // held one ends with `gpuq recover`.
+                let secs = t.elapsed().as_secs_f64();
+                self.metrics.phase("cleanup", secs);
+                if let Err(e) = self.store.daos_time(id, "cleanup", secs) {
+                    tracing::warn!(job = %id, "recording the cleanup time: {e}");
+                }
+                tracing::info!(job = %id, "{m}")
+            }
             Ok(None) => {}
             Err(e) => note(&format!(
                 "cleanup of lease {lease} did not finish: {e}. No job starts until an operator runs `sudo gpuq recover`"
@@ -1120,7 +1193,7 @@ impl Broker {
                 uid: j.uid,
             });
         let r = daos
-            .recover(&*self.runner, log)
+            .recover(&*self.runner, log, &self.metrics)
             .await
             .map_err(ApiError::Conflict);
         self.wake.notify_one();

@@ -59,6 +59,15 @@ struct RawFile {
     daos: Option<RawDaos>,
     #[serde(default)]
     install: gpuq_manifest::InstallPaths,
+    metrics: Option<RawMetrics>,
+}
+
+/// `[metrics]`: the OpenMetrics endpoint (src/metrics.rs). Off unless
+/// `listen` is set.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,6 +268,8 @@ pub struct BrokerConfig {
     /// `[daos] enabled = false`: the section is there but DAOS jobs are
     /// off (then `daos` is `None`). Only for the messages.
     pub daos_disabled: bool,
+    /// `[metrics] listen`: where `GET /metrics` is served (TCP); `None`: off.
+    pub metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl BrokerConfig {
@@ -402,6 +413,17 @@ impl BrokerConfig {
             daos: None,
             install: raw.install,
             daos_disabled: false,
+            metrics_listen: match raw.metrics.and_then(|m| m.listen) {
+                None => None,
+                Some(a) => Some(a.parse().map_err(|_| {
+                    invalid(
+                        "metrics.listen",
+                        format!(
+                            "expected an IP address and port such as \"127.0.0.1:9464\", got '{a}'"
+                        ),
+                    )
+                })?),
+            },
         };
         if let Some(key) = cfg.install.invalid_key() {
             return Err(invalid(key, "expected an absolute path".into()));
@@ -830,6 +852,29 @@ env = { FI_PROVIDER = "tcp" }
         let c = parse("[broker]\n").unwrap();
         assert!(!c.daos_disabled);
         assert!(c.daos_off("x").contains("no [daos] in"));
+    }
+
+    #[test]
+    fn metrics_are_off_unless_an_address_is_given() {
+        assert_eq!(parse("[broker]\n").unwrap().metrics_listen, None);
+        assert_eq!(parse("[broker]\n[metrics]\n").unwrap().metrics_listen, None);
+        let c = parse("[broker]\n[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let c = parse("[broker]\n[metrics]\nlisten = \"[::1]:9464\"\n").unwrap();
+        assert_eq!(c.metrics_listen, Some("[::1]:9464".parse().unwrap()));
+        for bad in ["localhost:9464", "127.0.0.1", "9464", ""] {
+            let e = parse(&format!("[broker]\n[metrics]\nlisten = \"{bad}\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("metrics.listen") && e.contains("127.0.0.1:9464") && !e.contains('\n'),
+                "{bad}: {e}"
+            );
+        }
+        let e = parse("[broker]\n[metrics]\nlisen = \"127.0.0.1:1\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lisen"), "{e}");
     }
 
     /// The example that the package installs as broker.toml parses, and

@@ -9,6 +9,7 @@
 
 use crate::config::{DaosConfig, DaosProfile};
 use crate::joblog;
+use crate::metrics::Metrics;
 use crate::runner::Runner;
 use gpuq_lease::{CleanupStep, Lease, LeaseStore, Phase};
 use gpuq_lifecycle::host::{Host, HostProfile};
@@ -48,13 +49,15 @@ pub struct JobLog {
     pub uid: u32,
 }
 
-/// The broker-local cleanup steps of one lease, and its progress lines.
+/// The broker-local cleanup steps of one lease, its progress lines and
+/// its step times.
 #[derive(Debug)]
 pub struct Local<'a> {
     pub runner: &'a dyn Runner,
     pub job: Option<JobId>,
     pub host: Host,
     pub log: Option<JobLog>,
+    pub metrics: &'a Metrics,
 }
 
 #[async_trait::async_trait]
@@ -93,6 +96,10 @@ impl LocalSteps for Local<'_> {
             CleanupStep::Wipe => self.host.remove_admin(&lease.lease).await.map(Some),
             _ => Ok(None),
         }
+    }
+
+    fn timed(&self, phase: &str, step: &str, secs: f64, ok: bool) {
+        self.metrics.step(phase, step, secs, ok);
     }
 
     fn note(&self, line: &str) {
@@ -263,6 +270,7 @@ impl Daos {
         let t = std::time::Instant::now();
         let host = &local.host;
         let up = unless_stopped(host, self.links.ensure_all_up(self.link_timeout())).await?;
+        local.timed("prepare", "links", t.elapsed().as_secs_f64(), up.all_ok());
         if !up.all_ok() {
             let why: Vec<String> = up
                 .nodes
@@ -322,6 +330,7 @@ impl Daos {
                 return Err(e);
             }
         };
+        local.timed("prepare", "admin", t.elapsed().as_secs_f64(), admin.is_ok());
         let a = admin.map_err(|e| format!("admin container: {e}"))?;
         step("admin", t, &format!("{a} up"));
         // The agent starts while the system is formatted and its ranks join:
@@ -331,17 +340,15 @@ impl Daos {
         let n = self.cfg.nodes.len();
         let system = async {
             let t = std::time::Instant::now();
-            let f = host
-                .format(lease, awaiting_format)
-                .await
-                .map_err(|e| format!("format: {e}"))?;
+            let f = host.format(lease, awaiting_format).await;
+            local.timed("prepare", "format", t.elapsed().as_secs_f64(), f.is_ok());
+            let f = f.map_err(|e| format!("format: {e}"))?;
             step("format", t, &f);
             local.checkpoint("formatted");
             let t = std::time::Instant::now();
-            let j = host
-                .wait_joined(lease, n)
-                .await
-                .map_err(|e| format!("join: {e}"))?;
+            let j = host.wait_joined(lease, n).await;
+            local.timed("prepare", "join", t.elapsed().as_secs_f64(), j.is_ok());
+            let j = j.map_err(|e| format!("join: {e}"))?;
             step("join", t, &j);
             local.checkpoint("joined");
             Ok::<(), String>(())
@@ -357,6 +364,7 @@ impl Daos {
         // Both run to their end: a failure of one leaves the other's
         // container in a known state for the cleanup that follows.
         let (system, (agent, took)) = tokio::join!(system, agent);
+        local.timed("prepare", "agent", took.as_secs_f64(), agent.is_ok());
         system?;
         let a = agent?;
         local.note(&format!(
@@ -397,6 +405,7 @@ impl Daos {
         &self,
         runner: &dyn Runner,
         log: Option<JobLog>,
+        metrics: &Metrics,
     ) -> Result<String, String> {
         let Some(l) = self.active() else {
             return Err(LifecycleError::NothingToRecover.to_string());
@@ -407,6 +416,7 @@ impl Daos {
             job: job_of_lease(&l.lease),
             host,
             log,
+            metrics,
         };
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
         let lc = self.lifecycle(&l.profile);
@@ -590,6 +600,59 @@ impl Daos {
                 t.await
                     .unwrap_or_else(|e| unreachable(name, format!("check failed: {e}"))),
             );
+        }
+        out
+    }
+
+    /// Every node helper's `GET /v1/metrics`, at once, for a scrape of the
+    /// broker's metrics endpoint: only over links that are up now (a scrape
+    /// never re-makes a link), each within 2 s. Results in configuration
+    /// order; `Err` says why a node has none.
+    pub async fn node_metrics(
+        &self,
+    ) -> Vec<(String, Result<gpuq_protocol::metrics::NodeMetrics, String>)> {
+        use gpuq_protocol::metrics::NodeMetrics;
+        const SCRAPE: Duration = Duration::from_secs(2);
+        let states = self.links.states();
+        let tasks: Vec<_> = self
+            .links
+            .links()
+            .iter()
+            .map(|l| {
+                let name = l.name().to_string();
+                let up = states.iter().any(|(n, s)| n == &name && s.is_up());
+                let sock = l.sockets().node_sock;
+                tokio::spawn(async move {
+                    if !up {
+                        return (name, Err("link not up".to_string()));
+                    }
+                    let r = gpuq_client::Client::new(sock)
+                        .call_within::<NodeMetrics>(
+                            SCRAPE,
+                            hyper::Method::GET,
+                            "/v1/metrics",
+                            None::<&()>,
+                        )
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|m| {
+                            // The link checked the helper's name when it came
+                            // up; another name now means the socket was swapped.
+                            if m.node == name {
+                                Ok(m)
+                            } else {
+                                Err(format!("the node helper answered as {:?}", m.node))
+                            }
+                        });
+                    (name, r)
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            if let Ok(r) = t.await {
+                out.push(r);
+            }
         }
         out
     }

@@ -12,10 +12,12 @@ pub mod exec_dirs;
 pub mod gpu;
 pub mod joblog;
 pub mod limits;
+pub mod metrics;
 pub mod policy;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod usage;
 
 use anyhow::Context;
 use std::os::unix::fs::PermissionsExt;
@@ -65,6 +67,16 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     };
     // SIGTERM is a clean stop from the moment a client can connect.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Before the links to the nodes exist: a refusal here leaves nothing behind.
+    let metrics = match cfg.metrics_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "[metrics] listen = \"{addr}\" in {}: cannot listen there (another service on that port? change it or remove [metrics])",
+                cfg.source.display()
+            )
+        })?),
+        None => None,
+    };
     // An unreleased lease is held (blocked.json) before anyone can connect.
     let daos = match cfg.daos.clone() {
         Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
@@ -74,6 +86,10 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     let broker = broker::Broker::new(cfg, store, runner, gpu, daos);
     broker.recover().await?;
     tokio::spawn(Arc::clone(&broker).run_scheduler());
+    if let Some(m) = metrics {
+        tracing::info!(address = ?m.local_addr().ok(), "serving GET /metrics");
+        tokio::spawn(metrics::serve(m, Arc::clone(&broker)));
+    }
     tracing::info!(socket = %broker.config().socket.display(), "gpuq-broker ready");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);
     let socket = broker.config().socket.clone();

@@ -192,6 +192,20 @@ fn query_flag(req: &Request<Incoming>, name: &str) -> bool {
         .any(|kv| kv == name || kv == format!("{name}=1") || kv == format!("{name}=true"))
 }
 
+/// `name=N` from the query (`None` if absent); anything else than an
+/// integer is a bad request.
+fn query_i64(req: &Request<Incoming>, name: &str) -> Result<Option<i64>, ApiError> {
+    let q = req.uri().query().unwrap_or("");
+    for kv in q.split('&') {
+        if let Some(v) = kv.strip_prefix(name).and_then(|r| r.strip_prefix('=')) {
+            return v.parse().map(Some).map_err(|_| {
+                ApiError::BadRequest(format!("{name}: expected unix seconds, got {v:?}"))
+            });
+        }
+    }
+    Ok(None)
+}
+
 async fn handle(broker: &Arc<Broker>, conn: &Conn, req: Request<Incoming>) -> Response<Body> {
     let peer = &conn.peer;
     // Held until the answer (or a stream's head) is ready.
@@ -200,6 +214,7 @@ async fn handle(broker: &Arc<Broker>, conn: &Conn, req: Request<Incoming>) -> Re
         Ok(resp) => resp,
         Err(e) => {
             tracing::debug!(uid = peer.uid, "refused: {e}");
+            broker.metrics().refused(e.status_and_code().1.as_str());
             let mut resp = error(&e);
             if matches!(e, ApiError::Timeout(_) | ApiError::TooLarge(_)) {
                 // The rest of that body is not wanted: end the connection
@@ -271,6 +286,11 @@ async fn route(
         (Method::DELETE, ["v1", "lock"]) => Ok(json(StatusCode::OK, &broker.unlock(peer)?)),
         (Method::POST, ["v1", "exec"]) => exec(broker, conn, req).await,
         (Method::GET, ["v1", "stats"]) => Ok(json(StatusCode::OK, &broker.stats(peer)?)),
+        (Method::GET, ["v1", "usage"]) => {
+            let since = query_i64(&req, "since")?;
+            let until = query_i64(&req, "until")?;
+            Ok(json(StatusCode::OK, &broker.usage(peer, since, until)?))
+        }
         (Method::POST, ["v1", "recover"]) => {
             let msg = broker.recover_lease(peer).await?;
             Ok(json(StatusCode::OK, &serde_json::json!({ "message": msg })))

@@ -147,6 +147,14 @@ CREATE TABLE IF NOT EXISTS jobs (
     log_path     TEXT    NOT NULL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
+CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs(ended_at);
+-- A DAOS job's preparation (lease to job start) and cleanup (job end to
+-- release) in seconds, for `gpuq stats`; a row only once one is known.
+CREATE TABLE IF NOT EXISTS daos_times (
+    job          INTEGER PRIMARY KEY REFERENCES jobs(id),
+    prepare_secs REAL,
+    cleanup_secs REAL
+);
 ";
 
 const COLUMNS: &str = "id, uid, gid, groups, user, argv, cwd, env, name, inst, stor, time_limit, \
@@ -397,6 +405,80 @@ impl Store {
         })?;
         Ok(n == 1)
     }
+}
+
+impl Store {
+    /// Record how long a DAOS job's `phase` (`prepare` or `cleanup`) took.
+    /// Not a queue change: the generation (the list cache's key) stays.
+    pub fn daos_time(&self, id: JobId, phase: &str, secs: f64) -> Result<(), StoreError> {
+        let column = match phase {
+            "prepare" => "prepare_secs",
+            "cleanup" => "cleanup_secs",
+            other => {
+                return Err(StoreError::Corrupt {
+                    path: self.path.clone(),
+                    id: id.0,
+                    what: format!("no DAOS phase {other:?}"),
+                })
+            }
+        };
+        self.with(|c| {
+            c.execute(
+                &format!(
+                    "INSERT INTO daos_times (job, {column}) VALUES (?1, ?2)
+                     ON CONFLICT(job) DO UPDATE SET {column} = excluded.{column}"
+                ),
+                params![id.0 as i64, secs],
+            )
+            .map(|_| ())
+        })
+    }
+
+    /// Every job that ended in `[since, until)`, `uid`'s only if given.
+    pub fn ended_between(
+        &self,
+        since: i64,
+        until: i64,
+        uid: Option<u32>,
+    ) -> Result<Vec<EndedJob>, StoreError> {
+        self.with(|c| {
+            let mut st = c.prepare(
+                "SELECT j.uid, j.user, j.state, j.submitted_at, j.started_at, j.ended_at,
+                        j.inst IS NOT NULL, d.prepare_secs, d.cleanup_secs
+                 FROM jobs j LEFT JOIN daos_times d ON d.job = j.id
+                 WHERE j.ended_at >= ?1 AND j.ended_at < ?2 AND (?3 IS NULL OR j.uid = ?3)
+                 ORDER BY j.id",
+            )?;
+            let rows = st.query_map(params![since, until, uid], |r| {
+                Ok(EndedJob {
+                    uid: r.get(0)?,
+                    user: r.get(1)?,
+                    state: r.get(2)?,
+                    submitted_at: r.get(3)?,
+                    started_at: r.get(4)?,
+                    ended_at: r.get(5)?,
+                    daos: r.get(6)?,
+                    prepare_secs: r.get(7)?,
+                    cleanup_secs: r.get(8)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+}
+
+/// One ended job as `gpuq stats` counts it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndedJob {
+    pub uid: u32,
+    pub user: String,
+    pub state: String,
+    pub submitted_at: i64,
+    pub started_at: Option<i64>,
+    pub ended_at: i64,
+    pub daos: bool,
+    pub prepare_secs: Option<f64>,
+    pub cleanup_secs: Option<f64>,
 }
 
 /// `'queued','running'`: states are our own constants, never user input.

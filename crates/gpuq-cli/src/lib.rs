@@ -121,4 +121,23 @@ pub enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Per user: jobs, GPU hours, mean wait, DAOS jobs and the medians of
+    /// their preparation and cleanup, over the jobs that ended in a period
+    /// (default: the last 30 days). Everyone's for root, your own for
+    /// anyone else.
+    Stats {
+        /// First day of the period, YYYY-MM-DD (UTC).
+        #[arg(long, value_name = "DATE", value_parser = day)]
+        since: Option<i64>,
+        /// Last day of the period, YYYY-MM-DD (UTC), included.
+        #[arg(long, value_name = "DATE", value_parser = day)]
+        until: Option<i64>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// A `YYYY-MM-DD` argument: unix seconds at that day's start (UTC).
+fn day(s: &str) -> Result<i64, String> {
+    gpuq_protocol::time::parse_date(s)
 }

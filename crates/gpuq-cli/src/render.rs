@@ -364,9 +364,111 @@ fn first_in_path(path: &std::ffi::OsStr, name: &str) -> Option<std::path::PathBu
         })
 }
 
+/// `gpuq stats`: one line per user, then the total.
+pub fn usage(r: &gpuq_protocol::UsageReport) -> String {
+    let secs = |v: Option<f64>| {
+        v.map(|s| dur(s.round().max(0.0) as u64))
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "jobs that ended from {} to {}{}",
+        format_utc(r.since),
+        format_utc(r.until),
+        if r.all_users {
+            ""
+        } else {
+            " (yours only: everyone's is root's)"
+        }
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {:>6} {:>6} {:>6} {:>6} {:>10} {:>10} {:>6} {:>12} {:>12}",
+        "USER",
+        "JOBS",
+        "DONE",
+        "FAILED",
+        "OTHER",
+        "GPU-HOURS",
+        "MEAN-WAIT",
+        "DAOS",
+        "PREP-MEDIAN",
+        "CLEAN-MEDIAN"
+    );
+    let rows = r.users.iter().chain(std::iter::once(&r.total));
+    for u in rows {
+        let get = |k: &str| u.by_state.get(k).copied().unwrap_or(0);
+        let (done, failed) = (get("completed"), get("failed"));
+        let _ = writeln!(
+            out,
+            "{:<16} {:>6} {:>6} {:>6} {:>6} {:>10.2} {:>10} {:>6} {:>12} {:>12}",
+            esc(&u.user),
+            u.jobs,
+            done,
+            failed,
+            u.jobs - done - failed,
+            u.gpu_hours,
+            secs(u.mean_wait_secs),
+            u.daos_jobs,
+            secs(u.prepare_median_secs),
+            secs(u.cleanup_median_secs),
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::esc;
+
+    #[test]
+    fn stats_print_a_row_per_user_and_the_total_with_names_escaped() {
+        let mut alice = gpuq_protocol::UsageRow {
+            user: "ali\u{1b}[2Jce".into(),
+            uid: Some(1000),
+            jobs: 3,
+            gpu_hours: 1.5,
+            mean_wait_secs: Some(90.0),
+            daos_jobs: 1,
+            prepare_median_secs: Some(42.4),
+            ..Default::default()
+        };
+        alice.by_state.insert("completed".into(), 2);
+        alice.by_state.insert("cancelled".into(), 1);
+        let r = gpuq_protocol::UsageReport {
+            since: 1_796_169_600,
+            until: 1_796_256_000,
+            all_users: false,
+            total: gpuq_protocol::UsageRow {
+                user: "all".into(),
+                ..alice.clone()
+            },
+            users: vec![alice],
+        };
+        let text = super::usage(&r);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].contains("2026-12-02 00:00:00Z") && lines[0].contains("yours only"));
+        assert!(!text.contains('\u{1b}'), "{text}");
+        let row: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "ali\\u{1b}[2Jce",
+                "3",
+                "2",
+                "0",
+                "1",
+                "1.50",
+                "0:01:30",
+                "1",
+                "0:00:42",
+                "-"
+            ]
+        );
+        assert!(lines[3].starts_with("all "));
+    }
 
     #[test]
     fn the_first_executable_in_path_is_found_and_others_are_skipped() {

@@ -170,6 +170,28 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 return Ok(Exit::Refused as i32);
             }
         }
+        Verb::Stats { since, until, json } => {
+            let mut q = Vec::new();
+            if let Some(s) = since {
+                q.push(format!("since={s}"));
+            }
+            if let Some(u) = until {
+                // The last day is included: up to the next day's start.
+                q.push(format!("until={}", u + 86_400));
+            }
+            let path = if q.is_empty() {
+                routes::USAGE.to_string()
+            } else {
+                format!("{}?{}", routes::USAGE, q.join("&"))
+            };
+            let report: gpuq_protocol::UsageReport =
+                client.call(Method::GET, &path, None::<&()>).await?;
+            if json {
+                print_json(&report);
+            } else {
+                print!("{}", render::usage(&report));
+            }
+        }
         Verb::VerifyInstall { json } => {
             let report: gpuq_manifest::report::InstallReport = client
                 .call(Method::GET, routes::INSTALL, None::<&()>)

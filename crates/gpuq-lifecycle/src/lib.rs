@@ -117,6 +117,12 @@ pub trait LocalSteps: Send + Sync {
     /// job's log as a `gpuq:` line).
     fn note(&self, _line: &str) {}
 
+    /// One step of the lease ended after `secs`: `phase` is `prepare` or
+    /// `cleanup`, `step` its name (`preflight`, `start_servers`, a cleanup
+    /// step's record name), `ok` whether it was confirmed (a cleanup step
+    /// that was not holds the lease). The broker's metrics count these.
+    fn timed(&self, _phase: &str, _step: &str, _secs: f64, _ok: bool) {}
+
     /// Called when the lifecycle reaches a named point (after the state of
     /// that point is durable). The broker's test build can abort there
     /// (crash tests); otherwise nothing happens.
@@ -244,6 +250,12 @@ impl Lifecycle {
                 Err(e) => reasons.push(format!("{node}: {e}")),
             }
         }
+        local.timed(
+            "prepare",
+            "preflight",
+            t.elapsed().as_secs_f64(),
+            reasons.is_empty(),
+        );
         if !reasons.is_empty() {
             local.note(&format!(
                 "preflight refused ({}): {}",
@@ -321,6 +333,12 @@ impl Lifecycle {
             .iter()
             .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
             .collect();
+        local.timed(
+            "prepare",
+            "start_servers",
+            t.elapsed().as_secs_f64(),
+            failures.is_empty(),
+        );
         if !failures.is_empty() {
             local.note(&format!(
                 "server start failed ({}): {}",
@@ -481,6 +499,12 @@ impl Lifecycle {
                     }
                 }
             };
+            local.timed(
+                "cleanup",
+                &step_name(step),
+                t.elapsed().as_secs_f64(),
+                result.is_ok(),
+            );
             match result {
                 Ok(detail) => {
                     let detail = format!("{detail} ({})", secs(t));

@@ -16,7 +16,10 @@
 use crate::service::{NodeError, NodeService};
 use bytes::Bytes;
 use gpuq_podman::Podman;
-use gpuq_protocol::node::{PreflightRequest, StartRequest};
+use gpuq_protocol::metrics::NodeMetrics;
+use gpuq_protocol::node::{
+    Finding, PreflightReport, PreflightRequest, StartReport, StartRequest, StepReport,
+};
 use gpuq_protocol::{ErrorBody, ErrorCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -90,13 +93,57 @@ fn json<T: serde::Serialize>(status: StatusCode, v: &T) -> Response<Body> {
 struct Shared<P> {
     service: NodeService<P>,
     one_step: Mutex<()>,
+    /// Every lease step's outcome and duration since this helper started
+    /// (`GET /v1/metrics`; the broker re-exposes them per node).
+    metrics: std::sync::Mutex<NodeMetrics>,
+}
+
+impl<P> Shared<P> {
+    fn metrics(&self) -> std::sync::MutexGuard<'_, NodeMetrics> {
+        // Plain counters: a panic mid-update leaves them usable.
+        self.metrics.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Count one step: `ok`, `refused` (nothing was done: the node's state
+    /// or the request said no) or `failed`; a preflight's findings by reason.
+    fn record<T>(&self, step: &str, secs: f64, r: &Result<T, NodeError>, findings: &[Finding]) {
+        let outcome = match r {
+            Ok(_) if findings.is_empty() => "ok",
+            Ok(_) => "refused",
+            Err(
+                NodeError::Refused(_)
+                | NodeError::Preflight { .. }
+                | NodeError::BadRequest(_)
+                | NodeError::NoProfile(_),
+            ) => "refused",
+            Err(_) => "failed",
+        };
+        let mut m = self.metrics();
+        m.step(step, outcome, secs);
+        let found = match r {
+            Err(NodeError::Preflight { findings, .. }) => findings.as_slice(),
+            _ => findings,
+        };
+        for f in found {
+            m.refused(&f.reason);
+        }
+        if matches!(r, Err(NodeError::Refused(_))) {
+            m.refused(&format!("{step}_refused"));
+        }
+    }
 }
 
 /// Serve `service` on an already bound listener until the process ends.
 pub async fn serve<P: Podman + 'static>(listener: UnixListener, service: NodeService<P>) {
+    let metrics = NodeMetrics {
+        node: service.node_name().to_string(),
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        ..NodeMetrics::default()
+    };
     let shared = Arc::new(Shared {
         service,
         one_step: Mutex::new(()),
+        metrics: std::sync::Mutex::new(metrics),
     });
     loop {
         let (stream, _) = match listener.accept().await {
@@ -155,10 +202,17 @@ async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Re
 
 /// Run one lease step on the blocking pool, to its end whatever happens to
 /// the connection that asked for it; `lock`: under the one-step lock.
-async fn run_step<P, T, F, Fut>(shared: &Arc<Shared<P>>, lock: bool, f: F) -> Result<T, ApiError>
+/// `metric`: the step's name in `GET /v1/metrics` (counted when it ends,
+/// also when its caller has gone; the time includes waiting for the lock).
+async fn run_step<P, T, F, Fut>(
+    shared: &Arc<Shared<P>>,
+    lock: bool,
+    metric: Option<&'static str>,
+    f: F,
+) -> Result<T, ApiError>
 where
     P: Podman + 'static,
-    T: Send + 'static,
+    T: Findings + Send + 'static,
     F: FnOnce(Arc<Shared<P>>) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = Result<T, NodeError>>,
 {
@@ -171,13 +225,38 @@ where
             } else {
                 None
             };
-            f(Arc::clone(&shared)).await
+            let t = std::time::Instant::now();
+            let r = f(Arc::clone(&shared)).await;
+            if let Some(step) = metric {
+                let found = r.as_ref().map(|v| v.findings()).unwrap_or_default();
+                shared.record(step, t.elapsed().as_secs_f64(), &r, found);
+            }
+            r
         })
     })
     .await
     .map_err(|e| ApiError::Task(format!("the step ended without an answer: {e}")))?
     .map_err(ApiError::from)
 }
+
+/// What in a step's answer refused the lease (a preflight's findings).
+trait Findings {
+    fn findings(&self) -> &[Finding] {
+        &[]
+    }
+}
+impl Findings for PreflightReport {
+    fn findings(&self) -> &[Finding] {
+        if self.ok {
+            &[]
+        } else {
+            &self.findings
+        }
+    }
+}
+impl Findings for StartReport {}
+impl Findings for StepReport {}
+impl Findings for gpuq_manifest::report::HostInstall {}
 
 async fn route<P: Podman + 'static>(
     shared: &Arc<Shared<P>>,
@@ -195,15 +274,25 @@ async fn route<P: Podman + 'static>(
     let svc = &shared.service;
     match (method, seg.as_slice()) {
         (Method::GET, ["v1", "status"]) => Ok(json(StatusCode::OK, &svc.status().await?)),
+        (Method::GET, ["v1", "metrics"]) => {
+            let m = shared.metrics().clone();
+            Ok(json(StatusCode::OK, &m))
+        }
         (Method::GET, ["v1", "install"]) => {
             // Read-only, so no step lock; it hashes every installed file
             // (tens of MB), which belongs on the blocking pool.
-            let r = run_step(shared, false, |s| async move { Ok(s.service.install()) }).await?;
+            let r = run_step(
+                shared,
+                false,
+                None,
+                |s| async move { Ok(s.service.install()) },
+            )
+            .await?;
             Ok(json(StatusCode::OK, &r))
         }
         (Method::POST, ["v1", "preflight"]) => {
             let body: PreflightRequest = read_json(req).await?;
-            let r = run_step(shared, false, move |s| async move {
+            let r = run_step(shared, false, Some("preflight"), move |s| async move {
                 s.service.preflight(&body).await
             })
             .await?;
@@ -212,7 +301,7 @@ async fn route<P: Podman + 'static>(
         (Method::POST, ["v1", "leases", lease, "start"]) => {
             let lease = lease.to_string();
             let body: StartRequest = read_json(req).await?;
-            let r = run_step(shared, true, move |s| async move {
+            let r = run_step(shared, true, Some("start"), move |s| async move {
                 s.service.start(&lease, &body).await
             })
             .await?;
@@ -220,7 +309,7 @@ async fn route<P: Podman + 'static>(
         }
         (Method::POST, ["v1", "leases", lease, "stop"]) => {
             let lease = lease.to_string();
-            let r = run_step(shared, true, move |s| async move {
+            let r = run_step(shared, true, Some("stop"), move |s| async move {
                 s.service.stop(&lease).await
             })
             .await?;
@@ -228,7 +317,7 @@ async fn route<P: Podman + 'static>(
         }
         (Method::POST, ["v1", "leases", lease, "wipe"]) => {
             let lease = lease.to_string();
-            let r = run_step(shared, true, move |s| async move {
+            let r = run_step(shared, true, Some("wipe"), move |s| async move {
                 s.service.wipe(&lease).await
             })
             .await?;

@@ -7,6 +7,7 @@
 
 pub mod duration;
 pub mod exec;
+pub mod metrics;
 pub mod node;
 pub mod time;
 
@@ -32,6 +33,9 @@ pub mod routes {
     pub const PINS: &str = "/v1/daos/pins";
     /// `POST` an [`super::exec::ExecRequest`] with `Upgrade: gpuq-exec` (`gpuq daos-exec`).
     pub const EXEC: &str = "/v1/exec";
+    /// `GET ?since=UNIX&until=UNIX`: a [`super::UsageReport`] (`gpuq stats`):
+    /// every user's for root, one's own for anyone else.
+    pub const USAGE: &str = "/v1/usage";
 }
 
 /// A job's number, unique for the life of the broker's store, never reused.
@@ -259,6 +263,42 @@ pub struct BrokerStatus {
     pub gpu: String,
 }
 
+/// What the queue did for one user (or everyone: `user` = `all`) over a
+/// period: the jobs that **ended** in it (`gpuq stats`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageRow {
+    pub user: String,
+    /// `None` for the `all` row.
+    pub uid: Option<u32>,
+    pub jobs: u64,
+    /// Of those, by final state (`completed`, `failed`, `cancelled`, `timeout`, ...).
+    pub by_state: std::collections::BTreeMap<String, u64>,
+    /// Hours the jobs held the GPU (start to end; a DAOS job's preparation
+    /// and cleanup included: the GPU waited for them).
+    pub gpu_hours: f64,
+    /// Mean time from submission to start, of the jobs that started.
+    pub mean_wait_secs: Option<f64>,
+    /// Jobs with `--inst` (a DAOS lease), and the medians of their
+    /// preparation (lease to job start) and cleanup (job end to release).
+    pub daos_jobs: u64,
+    pub prepare_median_secs: Option<f64>,
+    pub cleanup_median_secs: Option<f64>,
+}
+
+/// The answer to `GET /v1/usage`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// The period, unix seconds: `since` inclusive, `until` exclusive.
+    pub since: i64,
+    pub until: i64,
+    /// `false`: only the caller's own jobs (everyone's is root's).
+    pub all_users: bool,
+    /// One row per user with a job in the period, by user name.
+    pub users: Vec<UsageRow>,
+    /// All of `users` together.
+    pub total: UsageRow,
+}
+
 /// Machine-readable error class; the HTTP status carries the same information.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -283,6 +323,26 @@ pub enum ErrorCode {
     Unknown,
 }
 
+impl ErrorCode {
+    /// The code as the API spells it (`bad_request`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Locked => "locked",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::NotEnabled => "not_enabled",
+            ErrorCode::Internal => "internal",
+            ErrorCode::TooManyRequests => "too_many_requests",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+}
+
 /// Body of every non-2xx response: one line a person can act on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {
@@ -303,6 +363,22 @@ mod tests {
         let b: ErrorBody =
             serde_json::from_str(r#"{"code":"too_many_requests","error":"x"}"#).unwrap();
         assert_eq!(b.code, ErrorCode::TooManyRequests);
+        // as_str spells every code as serde does.
+        for c in [
+            ErrorCode::BadRequest,
+            ErrorCode::Forbidden,
+            ErrorCode::NotFound,
+            ErrorCode::Conflict,
+            ErrorCode::Locked,
+            ErrorCode::PayloadTooLarge,
+            ErrorCode::NotEnabled,
+            ErrorCode::Internal,
+            ErrorCode::TooManyRequests,
+            ErrorCode::Unavailable,
+            ErrorCode::Timeout,
+        ] {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+        }
     }
 
     #[test]
