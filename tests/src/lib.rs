@@ -264,6 +264,30 @@ impl TestBroker {
         }
     }
 
+    /// Write the config and run the broker expecting it to refuse to start:
+    /// its output once it exited (it must within 20 s).
+    pub fn start_refused(&self) -> Output {
+        self.write_config();
+        let mut child = Command::new(bin("gpuq-broker"))
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gpuq-broker");
+        let t0 = Instant::now();
+        while child.try_wait().expect("wait").is_none() {
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("reap");
+                panic!("gpuq-broker did not refuse to start: {}", stderr(&out));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().expect("reap")
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }

@@ -39,6 +39,17 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     // What the broker makes without an explicit mode is root's alone
     // (SQLite's -wal and -shm among them); see dirs.rs.
     dirs::set_umask();
+    // Before anything is made (directories, the store, links to the nodes):
+    // an address that cannot be served refuses the start and leaves nothing.
+    let metrics = match cfg.metrics_listen {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
+            format!(
+                "[metrics] listen = \"{addr}\" in {}: cannot listen there (another service on that port? change it or remove [metrics])",
+                cfg.source.display()
+            )
+        })?),
+        None => None,
+    };
     // Before anything is made: the systemd runner hands this path to every
     // job's unit (see runner/systemd.rs).
     if matches!(cfg.runner, config::RunnerKind::Systemd) {
@@ -67,16 +78,6 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     };
     // SIGTERM is a clean stop from the moment a client can connect.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    // Before the links to the nodes exist: a refusal here leaves nothing behind.
-    let metrics = match cfg.metrics_listen {
-        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.with_context(|| {
-            format!(
-                "[metrics] listen = \"{addr}\" in {}: cannot listen there (another service on that port? change it or remove [metrics])",
-                cfg.source.display()
-            )
-        })?),
-        None => None,
-    };
     // An unreleased lease is held (blocked.json) before anyone can connect.
     let daos = match cfg.daos.clone() {
         Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),

@@ -3,7 +3,8 @@
 //!
 //! Routes: `GET /v1/status`, `POST /v1/preflight`,
 //! `POST /v1/leases/{lease}/start`, `POST /v1/leases/{lease}/stop`,
-//! `POST /v1/leases/{lease}/wipe`, `GET /v1/leases/{lease}/logs`.
+//! `POST /v1/leases/{lease}/wipe`, `GET /v1/leases/{lease}/logs`,
+//! `GET /v1/install`, `GET /v1/metrics`.
 
 use serde::{Deserialize, Serialize};
 
