@@ -143,8 +143,14 @@ fn gpu_jobs_waits_and_refusals_are_counted_and_nothing_names_a_user() {
     assert!(!r.status.success());
 
     let text = http_get(port, "/metrics");
-    assert_eq!(must(&text, "gpuq_jobs_ended_total{state=\"completed\"}"), 1.0);
-    assert_eq!(must(&text, "gpuq_job_wait_seconds_count{kind=\"gpu\"}"), 1.0);
+    assert_eq!(
+        must(&text, "gpuq_jobs_ended_total{state=\"completed\"}"),
+        1.0
+    );
+    assert_eq!(
+        must(&text, "gpuq_job_wait_seconds_count{kind=\"gpu\"}"),
+        1.0
+    );
     assert_eq!(must(&text, "gpuq_refusals_total{code=\"forbidden\"}"), 1.0);
     assert_eq!(must(&text, "gpuq_queue_jobs{state=\"running\"}"), 0.0);
     // Counts and durations only: not the job's name or command, not the user.
@@ -170,7 +176,10 @@ fn gpu_jobs_waits_and_refusals_are_counted_and_nothing_names_a_user() {
     let mine = b.gpuq(Some(&a), &["stats"]);
     assert!(mine.status.success(), "{}", stderr(&mine));
     let mine = stdout(&mine);
-    assert!(mine.contains("yours only") && mine.contains(&user), "{mine}");
+    assert!(
+        mine.contains("yours only") && mine.contains(&user),
+        "{mine}"
+    );
     let theirs = stdout(&b.gpuq(Some(&bob()), &["stats", "--json"]));
     let theirs: serde_json::Value = serde_json::from_str(&theirs).unwrap();
     assert_eq!(theirs["all_users"], false);
@@ -179,15 +188,29 @@ fn gpu_jobs_waits_and_refusals_are_counted_and_nothing_names_a_user() {
     // A period that ended before the job: nothing in it.
     let old = stdout(&b.gpuq(
         ROOT,
-        &["stats", "--json", "--since", "2020-01-01", "--until", "2020-01-31"],
+        &[
+            "stats",
+            "--json",
+            "--since",
+            "2020-01-01",
+            "--until",
+            "2020-01-31",
+        ],
     ));
     let old: serde_json::Value = serde_json::from_str(&old).unwrap();
     assert_eq!(old["total"]["jobs"], 0, "{old}");
     // Bad input: one line, nothing asked of the broker.
     let queries = b.gpuq(ROOT, &["stats", "--since", "2026-02-30"]);
     assert_eq!(queries.status.code(), Some(2));
-    assert!(stderr(&queries).contains("YYYY-MM-DD"), "{}", stderr(&queries));
-    let empty = b.gpuq(ROOT, &["stats", "--since", "2026-12-02", "--until", "2026-12-01"]);
+    assert!(
+        stderr(&queries).contains("YYYY-MM-DD"),
+        "{}",
+        stderr(&queries)
+    );
+    let empty = b.gpuq(
+        ROOT,
+        &["stats", "--since", "2026-12-02", "--until", "2026-12-01"],
+    );
     assert_eq!(empty.status.code(), Some(1));
     let e = stderr(&empty);
     assert_eq!(e.trim().lines().count(), 1, "{e}");
@@ -210,11 +233,7 @@ fn clients_that_send_nothing_are_dropped_and_never_hold_the_queue() {
     let t = Instant::now();
     let id = b.submit(ROOT, &w, &["--", "true"]);
     b.wait_state(id, "completed", 30);
-    assert!(
-        t.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
     // Each idle connection is closed by the broker at the head deadline
     // (5 s), not kept: a read sees the end, well before our own timeout.
     for mut s in idle {
@@ -229,7 +248,10 @@ fn clients_that_send_nothing_are_dropped_and_never_hold_the_queue() {
     // And a scrape works again.
     let text = http_get(port, "/metrics");
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    assert_eq!(must(&text, "gpuq_jobs_ended_total{state=\"completed\"}"), 1.0);
+    assert_eq!(
+        must(&text, "gpuq_jobs_ended_total{state=\"completed\"}"),
+        1.0
+    );
 }
 
 /// `curl` inside cxl2's namespace, where the DAOS broker listens.
@@ -281,13 +303,27 @@ fn a_daos_jobs_steps_move_the_histograms_and_the_nodes_report_their_own() {
     // During the job: every preparation step once, no cleanup step yet,
     // and each node's start counted by the node itself.
     let during = scrape_in(&s, port);
-    for step in ["links", "preflight", "start_servers", "admin", "format", "join", "agent"] {
+    for step in [
+        "links",
+        "preflight",
+        "start_servers",
+        "admin",
+        "format",
+        "join",
+        "agent",
+    ] {
         let series = format!("gpuq_daos_step_seconds_count{{phase=\"prepare\",step=\"{step}\"}}");
         assert_eq!(must(&during, &series), 1.0, "{series}");
     }
-    assert_eq!(must(&during, "gpuq_daos_phase_seconds_count{phase=\"prepare\"}"), 1.0);
+    assert_eq!(
+        must(&during, "gpuq_daos_phase_seconds_count{phase=\"prepare\"}"),
+        1.0
+    );
     assert_eq!(must(&during, "gpuq_queue_jobs{state=\"running\"}"), 1.0);
-    assert_eq!(must(&during, "gpuq_job_wait_seconds_count{kind=\"daos\"}"), 1.0);
+    assert_eq!(
+        must(&during, "gpuq_job_wait_seconds_count{kind=\"daos\"}"),
+        1.0
+    );
     assert!(!during.contains("phase=\"cleanup\""), "{during}");
     for n in NODES {
         assert_eq!(must(&during, &format!("gpuq_node_up{{node=\"{n}\"}}")), 1.0);
@@ -362,7 +398,10 @@ fn a_daos_jobs_steps_move_the_histograms_and_the_nodes_report_their_own() {
     assert_eq!(blocked["step"], "stop_servers", "{blocked}");
     let text = scrape_in(&s, port);
     assert_eq!(must(&text, "gpuq_lease_held"), 1.0);
-    assert_eq!(must(&text, "gpuq_daos_holds_total{step=\"stop_servers\"}"), 1.0);
+    assert_eq!(
+        must(&text, "gpuq_daos_holds_total{step=\"stop_servers\"}"),
+        1.0
+    );
     assert_eq!(must(&text, "gpuq_node_up{node=\"da3\"}"), 0.0);
     assert_eq!(must(&text, "gpuq_node_up{node=\"da1\"}"), 1.0);
     assert!(!text.contains("node=\"da3\",step"), "{text}");
@@ -388,8 +427,14 @@ fn a_daos_jobs_steps_move_the_histograms_and_the_nodes_report_their_own() {
     assert_eq!(alice_row["daos_jobs"], 1, "{st}");
     let cleanup = alice_row["cleanup_median_secs"].as_f64().unwrap();
     let phase_sum = must(&after, "gpuq_daos_phase_seconds_sum{phase=\"cleanup\"}");
-    assert!((cleanup - phase_sum).abs() < 0.01, "{cleanup} vs {phase_sum}");
-    assert!(alice_row["prepare_median_secs"].as_f64().unwrap() > 0.0, "{st}");
+    assert!(
+        (cleanup - phase_sum).abs() < 0.01,
+        "{cleanup} vs {phase_sum}"
+    );
+    assert!(
+        alice_row["prepare_median_secs"].as_f64().unwrap() > 0.0,
+        "{st}"
+    );
     let root_row = rows
         .iter()
         .find(|r| r["uid"] == 0)
