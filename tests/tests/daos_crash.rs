@@ -1,8 +1,10 @@
 //! `kill -9`-like deaths of the broker at every lifecycle step of a DAOS
 //! job (the broker's test build aborts at a named step: cargo feature
 //! `crash-points`, `GPUQ_CRASH_AT=<step>`; docs/lifecycle.md lists them).
-//! Each must end held — never with a next job on dirty nodes — and `recover`
-//! must then clean up and let the queue move on.
+//! During the preparation each must end held — never with a next job on
+//! dirty nodes — and `recover` must then clean up and let the queue move
+//! on. From the job's start on, the restarted broker carries on: the job
+//! runs to its end, the cleanup runs or resumes, the next job follows.
 
 use gpuq_system_tests::daos_site::*;
 use gpuq_system_tests::*;
@@ -38,8 +40,12 @@ fn crash_broker() -> std::path::PathBuf {
     p
 }
 
+/// The crash points during the preparation: what was half set up cannot be
+/// confirmed, so the restarted broker holds the lease.
+const PREPARING: usize = 6;
+
 #[test]
-fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_up() {
+fn a_broker_that_dies_at_any_lifecycle_step_holds_or_carries_on_and_the_nodes_end_clean() {
     require_cluster_env!();
     require_env!();
     let mut s = Site::up_with("dj-crash", Some(crash_broker()));
@@ -61,7 +67,7 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
                 "--",
                 "bash",
                 "-c",
-                &format!("touch {}; sleep 1", marker.display()),
+                &format!("sleep 2; touch {}", marker.display()),
             ],
         );
         let next = s.b.submit(ROOT, &rw, &["--", "true"]);
@@ -72,29 +78,9 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
             s.b.broker_log()
         );
         s.b.kill9(); // only reaps it: it is gone already
-                     // Back without the crash point: held, and nothing else runs.
-        s.b.env.clear();
-        s.b.spawn();
-        assert!(
-            s.state().join("blocked.json").exists(),
-            "{step}: no hold after the crash:\n{}",
-            s.log(daos)
-        );
-        std::thread::sleep(Duration::from_millis(1500));
-        assert_eq!(
-            s.b.state(next),
-            "queued",
-            "{step}: a job started on a held lease"
-        );
-        let st = s.b.state(daos);
-        assert!(
-            !matches!(st.as_str(), "queued" | "running"),
-            "{step}: the DAOS job is still {st}"
-        );
-        let list = stdout(&s.b.gpuq(ROOT, &["list"]));
-        assert!(list.contains("HOLD"), "{step}: {list}");
-        // Before `dmg system stop`, the admin container it runs in is
-        // killed (as by a reboot) or removed: recover makes it again.
+                     // Before `dmg system stop`, the admin container it runs in is
+                     // killed (as by a reboot) or removed while no broker runs: the
+                     // restarted one makes it again.
         let admin_gone = match *step {
             "before_stop_agent" => Some("killed"),
             "before_system_stop" => Some("removed"),
@@ -103,12 +89,61 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
         if let Some(how) = admin_gone {
             end_admin(&s, how);
         }
-        let r = s.b.gpuq(ROOT, &["recover"]);
+        // Back without the crash point.
+        s.b.env.clear();
+        s.b.spawn();
+        if i < PREPARING {
+            // Held, and nothing else runs until recover.
+            assert!(
+                s.state().join("blocked.json").exists(),
+                "{step}: no hold after the crash:\n{}",
+                s.log(daos)
+            );
+            std::thread::sleep(Duration::from_millis(1500));
+            assert_eq!(
+                s.b.state(next),
+                "queued",
+                "{step}: a job started on a held lease"
+            );
+            let st = s.b.state(daos);
+            assert_eq!(st, "lost", "{step}: the DAOS job is {st}");
+            let list = stdout(&s.b.gpuq(ROOT, &["list"]));
+            assert!(list.contains("HOLD"), "{step}: {list}");
+            assert!(!marker.exists(), "{step}: the job ran");
+            let r = s.b.gpuq(ROOT, &["recover"]);
+            assert!(
+                r.status.success(),
+                "{step}: recover failed: {}\n{}",
+                stderr(&r),
+                s.log(daos)
+            );
+        } else {
+            // Re-adopted: the job (left running, or already ended) is
+            // settled as it really ended, the cleanup runs or resumes on its
+            // own, and the next job follows — no hold, no operator.
+            s.expect_end(daos, "completed", 90);
+            assert!(marker.exists(), "{step}: the job did not run to its end");
+            s.expect_end(next, "completed", 120);
+            assert!(
+                !s.state().join("blocked.json").exists(),
+                "{step}: held:\n{}",
+                s.log(daos)
+            );
+            let log = s.log(daos);
+            let said = if *step == "job_started" {
+                "re-adopted by a restarted broker"
+            } else {
+                "resumes the cleanup of lease"
+            };
+            assert!(log.contains(said), "{step}: {log}");
+            assert!(log.contains("released"), "{step}: {log}");
+        }
+        // The plain job ran only after the lease was released.
+        let ended = |id: u64| s.b.job(id)["ended_at"].as_i64().unwrap();
+        let started = s.b.job(next)["started_at"].as_i64().unwrap();
         assert!(
-            r.status.success(),
-            "{step}: recover failed: {}\n{}",
-            stderr(&r),
-            s.log(daos)
+            started >= ended(daos),
+            "{step}: next started before the DAOS job ended"
         );
         s.expect_end(next, "completed", 60);
         if let Some(how) = admin_gone {
@@ -119,8 +154,87 @@ fn a_broker_that_dies_at_any_lifecycle_step_comes_back_held_and_recover_cleans_u
             );
         }
         s.assert_clean();
-        eprintln!("{step}: held after the crash, clean after recover");
+        eprintln!(
+            "{step}: {} after the crash, nodes clean",
+            if i < PREPARING {
+                "held, recovered"
+            } else {
+                "carried on"
+            }
+        );
     }
+}
+
+#[test]
+fn a_broker_restarted_during_a_daos_job_keeps_the_job_and_its_daos_system() {
+    require_cluster_env!();
+    require_env!();
+    let mut s = Site::up("dj-restart");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let g = bin("gpuq").display().to_string();
+    // The job queries its DAOS system before and after the restart, through
+    // the broker each time (daos-exec), and waits for `go` in between.
+    let script = format!(
+        r#"{g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > before.json
+while [ ! -e go ]; do sleep 0.2; done
+{g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > after.json
+"#
+    );
+    let id = s.b.submit(
+        Some(&a),
+        &w,
+        &["--inst", "test", "--", "bash", "-c", &script],
+    );
+    assert!(
+        eventually(180, || std::fs::metadata(w.join("before.json"))
+            .is_ok_and(|m| m.len() > 0)),
+        "{}",
+        s.log(id)
+    );
+    let lease = s.active_lease().unwrap()["lease"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A restart as systemd (or a package upgrade followed by one) does it.
+    let st = s.b.terminate();
+    assert!(st.success(), "{st}");
+    s.b.spawn();
+    let next = s.b.submit(ROOT, &w, &["--", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(id), "running", "{}", s.log(id));
+    assert_eq!(
+        s.b.state(next),
+        "queued",
+        "the next job ran beside the lease"
+    );
+    assert!(
+        !s.state().join("blocked.json").exists(),
+        "held:\n{}",
+        s.log(id)
+    );
+    std::fs::write(w.join("go"), "").unwrap();
+    s.expect_end(id, "completed", 120);
+    let q: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(w.join("after.json")).unwrap()).unwrap();
+    let members = q["response"]["members"].as_array().unwrap();
+    assert_eq!(members.len(), 4, "{q}");
+    assert!(members.iter().all(|m| m["state"] == "joined"), "{q}");
+    let log = s.log(id);
+    assert!(
+        log.contains(&format!(
+            "re-adopted by a restarted broker: its DAOS lease {lease}"
+        )),
+        "{log}"
+    );
+    s.expect_end(next, "completed", 120);
+    assert!(
+        s.log(id).contains(&format!("lease {lease} released")),
+        "{}",
+        s.log(id)
+    );
+    assert!(!s.state().join("blocked.json").exists());
+    s.assert_clean();
 }
 
 /// Kill (`how` = "killed") or remove the lease's admin container on cxl2.

@@ -9,6 +9,7 @@
 //! are gone.
 
 use crate::config::BrokerConfig;
+use crate::crash::crash_point;
 use crate::daos::{self as daosjob, Daos, JobLog, Local};
 use crate::error::ApiError;
 use crate::gpu::GpuProbe;
@@ -20,6 +21,8 @@ use crate::policy::{self, Gate, GateInputs};
 use crate::runner::{JobSpec, Outcome, Runner};
 use crate::store::{Ending, Job, NewJob, Store};
 use bytes::Bytes;
+use gpuq_lease::Phase as LeasePhase;
+use gpuq_lifecycle::LocalSteps;
 use gpuq_protocol::duration;
 use gpuq_protocol::{
     BrokerStatus, HoldInfo, JobId, JobList, JobState, JobView, LockInfo, SubmitRequest,
@@ -720,15 +723,50 @@ impl Broker {
     /// On start-up: re-adopt jobs whose processes still run; settle the
     /// others from what the runner recorded. Never starts a job again.
     pub async fn recover(self: &Arc<Self>) -> Result<(), ApiError> {
+        // An unreleased lease that was running or cleaning when the broker
+        // stopped (one that was preparing was held when the store opened).
+        let lease = self
+            .daos
+            .as_ref()
+            .and_then(|d| d.active())
+            .filter(|l| matches!(l.phase, LeasePhase::Running | LeasePhase::Cleaning));
+        let mut resume = lease.clone();
         for job in self.store.by_state(&[JobState::Running])? {
             if job.inst.is_some() {
-                // Its lease was put on hold when the lease store opened; the
-                // experiment cannot go on on a system that must be cleaned.
-                let _ = self.runner.kill(job.id).await;
-                let end = lost(
-                    "the broker stopped during this DAOS job; its processes were ended and its lease is held until an operator runs `sudo gpuq recover`".into(),
-                );
-                self.record_end(&job, &end);
+                let ours = lease
+                    .as_ref()
+                    .filter(|l| daosjob::job_of_lease(&l.lease) == Some(job.id));
+                match ours {
+                    Some(l) if l.phase == LeasePhase::Running => {
+                        // Its system is up and its job was left running (or
+                        // ended meanwhile): carry on where it was.
+                        tracing::info!(job = %job.id, lease = %l.lease, "re-adopting a DAOS job");
+                        let (tx, rx) = oneshot::channel();
+                        self.running_guard().insert(job.id, Some(tx));
+                        tokio::spawn(Arc::clone(self).adopt_daos(job, rx, l.lease.clone()));
+                        resume = None;
+                    }
+                    Some(_) => {
+                        // Its preparation failed and was being cleaned up:
+                        // the job never started; the cleanup resumes below.
+                        let _ = self.runner.kill(job.id).await;
+                        let end = lost(
+                            "the broker stopped while this DAOS job's failed preparation was being cleaned up; the cleanup resumes".into(),
+                        );
+                        self.record_state(&job, &end);
+                    }
+                    None => {
+                        // Its lease was held when the lease store opened
+                        // (it was preparing, or held already): the
+                        // experiment cannot go on on a system that must be
+                        // cleaned.
+                        let _ = self.runner.kill(job.id).await;
+                        let end = lost(
+                            "the broker stopped during this DAOS job's preparation; its processes were ended and its lease is held until an operator runs `sudo gpuq recover`".into(),
+                        );
+                        self.record_end(&job, &end);
+                    }
+                }
                 continue;
             }
             if self.runner.alive(job.id).await? {
@@ -757,6 +795,22 @@ impl Broker {
                     Err(e) => lost(format!("cannot settle after restart: {e}")),
                 };
                 self.record_end(&job, &end);
+            }
+        }
+        if let Some(l) = resume {
+            // Its job had ended: the cleanup, from its first unconfirmed step.
+            match daosjob::job_of_lease(&l.lease).and_then(|id| self.store.get(id).ok().flatten()) {
+                Some(job) => {
+                    tokio::spawn(Arc::clone(self).resume_cleanup(job, l.lease.clone()));
+                }
+                None => {
+                    if let Some(d) = &self.daos {
+                        let reason = "a restarted broker found this lease unreleased but not its job in the queue";
+                        if let Err(e) = d.hold(&l.lease, reason) {
+                            tracing::error!(lease = %l.lease, "holding the lease: {e}");
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -894,71 +948,123 @@ impl Broker {
         Ok(())
     }
 
-    async fn supervise(self: Arc<Self>, job: Job, mut cancel: oneshot::Receiver<CancelReq>) {
-        let id = job.id;
+    /// A job's time limit, counted from its start (a DAOS job's preparation
+    /// inside it), as an instant of this process.
+    fn deadline_of(job: &Job) -> tokio::time::Instant {
         let started = job.started_at.unwrap_or_else(now);
         let left = (started + job.time_limit_secs as i64 - now()).max(0) as u64;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(left);
-        enum Why {
-            Exited(Result<Option<Outcome>, crate::runner::RunnerError>),
-            Timeout,
-            Cancelled(CancelReq),
-        }
-        let why = tokio::select! {
+        tokio::time::Instant::now() + Duration::from_secs(left)
+    }
+
+    /// Wait for a started job: its end, its time limit or a cancel.
+    async fn wait_job(
+        &self,
+        id: JobId,
+        deadline: tokio::time::Instant,
+        cancel: &mut oneshot::Receiver<CancelReq>,
+    ) -> Why {
+        tokio::select! {
             r = self.runner.wait(id) => Why::Exited(r),
-            _ = tokio::time::sleep_until(deadline) => Why::Timeout,
-            Ok(req) = &mut cancel => Why::Cancelled(req),
+            _ = tokio::time::sleep_until(deadline) => Why::Timeout(When::Running),
+            Ok(req) = cancel => Why::Cancelled(req, When::Running),
+        }
+    }
+
+    /// How a job ended, from why its wait ended; a timed-out or cancelled
+    /// job's processes are ended first. `daos`: its lease's cleanup comes
+    /// next (the log says so). Also the cancel's waiter, to be told once the
+    /// end is stored.
+    async fn ending(
+        &self,
+        job: &Job,
+        why: Why,
+        daos: bool,
+    ) -> (Ending, Option<oneshot::Sender<()>>) {
+        let id = job.id;
+        let note = |line: &str| joblog::note(&job.log_path, job.uid, line);
+        let then = if daos {
+            "ending it and cleaning up"
+        } else {
+            "ending all its processes"
         };
-        let mut done = None;
-        let end = match why {
-            Why::Exited(r) => self.exit_ending(id, r).await,
-            Why::Timeout => {
-                joblog::note(
-                    &job.log_path,
-                    job.uid,
-                    &format!(
-                        "job {id} reached its time limit {}: ending all its processes",
-                        duration::format(job.time_limit_secs)
-                    ),
-                );
-                let killed = self.runner.kill(id).await;
-                Ending {
-                    state: JobState::Timeout,
-                    exit_code: None,
-                    signal: Some(libc::SIGKILL),
-                    reason: Some(match killed {
-                        Ok(()) => format!(
-                            "time limit {} reached",
-                            duration::format(job.time_limit_secs)
-                        ),
-                        Err(e) => format!("time limit reached; killing failed: {e}"),
-                    }),
-                    ended_at: now(),
-                }
-            }
-            Why::Cancelled(req) => {
-                joblog::note(
-                    &job.log_path,
-                    job.uid,
-                    &format!("job {id} cancelled by {}: ending all its processes", req.by),
-                );
-                let killed = self.runner.kill(id).await;
-                done = Some(req.done);
-                Ending {
-                    state: JobState::Cancelled,
-                    exit_code: None,
-                    signal: Some(libc::SIGKILL),
-                    reason: Some(match killed {
-                        Ok(()) => format!("cancelled by {}", req.by),
-                        Err(e) => format!("cancelled by {}; killing failed: {e}", req.by),
-                    }),
-                    ended_at: now(),
-                }
-            }
+        let killed = |r: Result<(), crate::runner::RunnerError>| match r {
+            Ok(()) => String::new(),
+            Err(e) => format!("; killing failed: {e}"),
         };
+        let limit = duration::format(job.time_limit_secs);
+        match why {
+            Why::Exited(r) => (self.exit_ending(id, r).await, None),
+            Why::Failed(e) => {
+                note(&e);
+                (
+                    Ending {
+                        state: JobState::Failed,
+                        exit_code: None,
+                        signal: None,
+                        reason: Some(e),
+                        ended_at: now(),
+                    },
+                    None,
+                )
+            }
+            Why::Timeout(when) => {
+                let when = when.text(daos, " during the job");
+                note(&format!(
+                    "job {id} reached its time limit {limit}{when}: {then}"
+                ));
+                let k = killed(self.runner.kill(id).await);
+                (
+                    Ending {
+                        state: JobState::Timeout,
+                        exit_code: None,
+                        signal: Some(libc::SIGKILL),
+                        reason: Some(format!("time limit {limit} reached{when}{k}")),
+                        ended_at: now(),
+                    },
+                    None,
+                )
+            }
+            Why::Cancelled(req, when) => {
+                let when = when.text(daos, " while running");
+                note(&format!("job {id} cancelled by {}{when}: {then}", req.by));
+                let k = killed(self.runner.kill(id).await);
+                (
+                    Ending {
+                        state: JobState::Cancelled,
+                        exit_code: None,
+                        signal: Some(libc::SIGKILL),
+                        reason: Some(format!("cancelled by {}{when}{k}", req.by)),
+                        ended_at: now(),
+                    },
+                    Some(req.done),
+                )
+            }
+        }
+    }
+
+    /// A GPU-only job, started or re-adopted: wait, then record its end.
+    async fn supervise(self: Arc<Self>, job: Job, mut cancel: oneshot::Receiver<CancelReq>) {
+        let why = self
+            .wait_job(job.id, Self::deadline_of(&job), &mut cancel)
+            .await;
+        let (end, done) = self.ending(&job, why, false).await;
         self.record_end(&job, &end);
         if let Some(done) = done {
             let _ = done.send(());
+        }
+    }
+
+    /// The lease's steps for `job` on this host (runner, containers, log).
+    fn local_for<'a>(&'a self, job: &Job, host: gpuq_lifecycle::host::Host) -> Local<'a> {
+        Local {
+            runner: &*self.runner,
+            job: Some(job.id),
+            host,
+            log: Some(JobLog {
+                path: job.log_path.clone(),
+                uid: job.uid,
+            }),
+            metrics: &self.metrics,
         }
     }
 
@@ -997,9 +1103,7 @@ impl Broker {
             Ok(f) => f,
             Err(e) => return self.record_end(&job, &fail_early(format!("cannot create log: {e}"))),
         };
-        let started = job.started_at.unwrap_or_else(now);
-        let left = (started + job.time_limit_secs as i64 - now()).max(0) as u64;
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(left);
+        let deadline = Self::deadline_of(&job);
         let lease = daosjob::lease_name(id, now());
         // A cancel or timeout during the preparation tells it to stop and
         // waits for it: a container being created when the cancel came must
@@ -1007,16 +1111,7 @@ impl Broker {
         let (stop_prep, stop_rx) = tokio::sync::watch::channel(false);
         let mut host = host;
         host.stop = Some(stop_rx);
-        let local = Local {
-            runner: &*self.runner,
-            job: Some(id),
-            host,
-            log: Some(JobLog {
-                path: job.log_path.clone(),
-                uid: job.uid,
-            }),
-            metrics: &self.metrics,
-        };
+        let local = self.local_for(&job, host);
         note(&format!(
             "job {id} started as {} (uid {}) in {}: DAOS profile {profile}, lease {lease}; the limit {} covers preparation and the job",
             job.user,
@@ -1024,20 +1119,14 @@ impl Broker {
             job.cwd,
             duration::format(job.time_limit_secs)
         ));
-        enum Why {
-            Exited(Result<Option<Outcome>, crate::runner::RunnerError>),
-            Timeout(&'static str),
-            Cancelled(CancelReq, &'static str),
-            Failed(String),
-        }
         let owner = format!("job {id} ({}, uid {})", job.user, job.uid);
         let t0 = std::time::Instant::now();
         let prepare = daos.prepare(&lease, &owner, &profile, &local);
         tokio::pin!(prepare);
         let prepared = tokio::select! {
             r = &mut prepare => Ok(r),
-            _ = tokio::time::sleep_until(deadline) => Err(Why::Timeout("during preparation")),
-            Ok(req) = &mut cancel => Err(Why::Cancelled(req, "during preparation")),
+            _ = tokio::time::sleep_until(deadline) => Err(Why::Timeout(When::Preparing)),
+            Ok(req) = &mut cancel => Err(Why::Cancelled(req, When::Preparing)),
         };
         if prepared.is_err() {
             let _ = stop_prep.send(true);
@@ -1078,73 +1167,88 @@ impl Broker {
                     log_path: job.log_path.clone(),
                     time_limit_secs: job.time_limit_secs,
                 };
-                let start = self
-                    .runner
-                    .start(&spec, log)
-                    .await
-                    .map_err(|e| e.to_string());
-                match start {
+                match self.runner.start(&spec, log).await {
                     Err(e) => Why::Failed(format!("could not start: {e}")),
                     Ok(()) => {
                         crash_point("job_started");
-                        tokio::select! {
-                        r = self.runner.wait(id) => Why::Exited(r),
-                        _ = tokio::time::sleep_until(deadline) => Why::Timeout("during the job"),
-                        Ok(req) = &mut cancel => Why::Cancelled(req, "while running"),
-                        }
+                        self.wait_job(id, deadline, &mut cancel).await
                     }
                 }
             }
         };
-        let mut done = None;
-        let end = match why {
-            Why::Exited(r) => self.exit_ending(id, r).await,
-            Why::Failed(e) => {
-                note(&e);
-                fail_early(e)
-            }
-            Why::Timeout(when) => {
-                note(&format!(
-                    "job {id} reached its time limit {} {when}: ending it and cleaning up",
-                    duration::format(job.time_limit_secs)
-                ));
-                let _ = self.runner.kill(id).await;
-                Ending {
-                    state: JobState::Timeout,
-                    exit_code: None,
-                    signal: Some(libc::SIGKILL),
-                    reason: Some(format!(
-                        "time limit {} reached {when}",
-                        duration::format(job.time_limit_secs)
-                    )),
-                    ended_at: now(),
-                }
-            }
-            Why::Cancelled(req, when) => {
-                note(&format!(
-                    "job {id} cancelled by {} {when}: ending it and cleaning up",
-                    req.by
-                ));
-                let _ = self.runner.kill(id).await;
-                done = Some(req.done);
-                Ending {
-                    state: JobState::Cancelled,
-                    exit_code: None,
-                    signal: Some(libc::SIGKILL),
-                    reason: Some(format!("cancelled by {} {when}", req.by)),
-                    ended_at: now(),
-                }
-            }
+        self.end_daos_job(&job, why, &daos, &lease, &local).await;
+    }
+
+    /// A DAOS job whose lease was running when the broker stopped: the job
+    /// was left running (its cgroup or unit), its lease's system up. Wait
+    /// for it as if this broker had started it — time limit and cancel
+    /// included — then clean the lease up. A job that ended meanwhile is
+    /// settled at once.
+    async fn adopt_daos(
+        self: Arc<Self>,
+        job: Job,
+        mut cancel: oneshot::Receiver<CancelReq>,
+        lease: String,
+    ) {
+        let Some((daos, host)) = self.daos_host(&lease) else {
+            return self.record_end(&job, &lost(format!("lease {lease}: cannot re-adopt it; it is held until an operator runs `sudo gpuq recover`")));
         };
+        let local = self.local_for(&job, host);
+        local.note(&format!(
+            "job {} re-adopted by a restarted broker: its DAOS lease {lease} is still up",
+            job.id
+        ));
+        let why = self
+            .wait_job(job.id, Self::deadline_of(&job), &mut cancel)
+            .await;
+        self.end_daos_job(&job, why, &daos, &lease, &local).await;
+    }
+
+    /// The DAOS side and this host's steps of `lease` (from its record's
+    /// profile), or — when that profile is gone from `[daos]` — the lease
+    /// held (nothing is cleaned with a configuration that no longer says how).
+    fn daos_host(&self, lease: &str) -> Option<(Arc<Daos>, gpuq_lifecycle::host::Host)> {
+        let daos = Arc::clone(self.daos.as_ref()?);
+        let profile = daos.active().map(|l| l.profile).unwrap_or_default();
+        match daos.host(&profile) {
+            Ok(h) => Some((daos, h)),
+            Err(e) => {
+                let reason = format!("a restarted broker cannot re-adopt the lease: {e}");
+                if let Err(h) = daos.hold(lease, &reason) {
+                    tracing::error!(lease, "holding the lease: {h}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The end of a DAOS job, however it came: record it, tell a canceller,
+    /// then clean the lease up (held if that fails) and let the queue move.
+    async fn end_daos_job(
+        self: &Arc<Self>,
+        job: &Job,
+        why: Why,
+        daos: &Arc<Daos>,
+        lease: &str,
+        local: &Local<'_>,
+    ) {
+        let (end, done) = self.ending(job, why, true).await;
         // The job's own end is recorded now; the next job still waits for
         // the lease (this job stays in `running` until `forget`).
-        self.record_state(&job, &end);
+        self.record_state(job, &end);
         if let Some(done) = done {
             let _ = done.send(());
         }
         crash_point("job_ended");
+        self.clean_lease(job.id, daos, lease, local).await;
+        self.forget(job);
+    }
+
+    /// Clean `lease` up to its release (its time recorded), or say in the
+    /// job's log that it is held.
+    async fn clean_lease(&self, id: JobId, daos: &Daos, lease: &str, local: &Local<'_>) {
         let t = std::time::Instant::now();
-        match daos.cleanup_for(&lease, &local).await {
+        match daos.cleanup_for(lease, local).await {
             Ok(Some(m)) => {
                 // Only a cleanup that released the lease has a time; a
                 // held one ends with `gpuq recover`.
@@ -1156,10 +1260,25 @@ impl Broker {
                 tracing::info!(job = %id, "{m}")
             }
             Ok(None) => {}
-            Err(e) => note(&format!(
+            Err(e) => local.note(&format!(
                 "cleanup of lease {lease} did not finish: {e}. No job starts until an operator runs `sudo gpuq recover`"
             )),
         }
+    }
+
+    /// A lease whose job had already ended when the broker stopped (it was
+    /// running or cleaning): its cleanup, from the first unconfirmed step.
+    /// Its job stays in `running` meanwhile, so `gpuq recover` waits for it.
+    async fn resume_cleanup(self: Arc<Self>, job: Job, lease: String) {
+        let Some((daos, host)) = self.daos_host(&lease) else {
+            return;
+        };
+        self.running_guard().insert(job.id, None);
+        let local = self.local_for(&job, host);
+        local.note(&format!(
+            "a restarted broker resumes the cleanup of lease {lease} from its first unconfirmed step"
+        ));
+        self.clean_lease(job.id, &daos, &lease, &local).await;
         self.forget(&job);
     }
 
@@ -1332,6 +1451,33 @@ impl Broker {
     }
 }
 
+/// Why a job's wait (or its lease's preparation) ended.
+enum Why {
+    Exited(Result<Option<Outcome>, crate::runner::RunnerError>),
+    Timeout(When),
+    Cancelled(CancelReq, When),
+    Failed(String),
+}
+
+/// When a time limit or a cancel came.
+#[derive(Debug, Clone, Copy)]
+enum When {
+    Preparing,
+    Running,
+}
+
+impl When {
+    /// As the job's log says it: a GPU-only job's log says nothing while it
+    /// runs, a DAOS job's `running` (what it was doing then).
+    fn text(self, daos: bool, running: &'static str) -> &'static str {
+        match self {
+            When::Preparing => " during preparation",
+            When::Running if daos => running,
+            When::Running => "",
+        }
+    }
+}
+
 /// A follower's subscription to one job's end; the broker's entry goes
 /// when the job ends or its last follower leaves.
 struct EndWatch {
@@ -1473,40 +1619,3 @@ pub fn shell_words(argv: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
-/// Test builds only (`--features crash-points`): abort the broker at the
-/// named lifecycle step when `GPUQ_CRASH_AT` names it; or hold still there
-/// while `GPUQ_PAUSE_AT` names it, until the file `GPUQ_PAUSE_FILE` exists
-/// (so a test can inject a fault at an exact step). Release builds have no
-/// such code.
-#[cfg(feature = "crash-points")]
-pub fn crash_point(step: &str) {
-    if std::env::var("GPUQ_CRASH_AT").is_ok_and(|s| s == step) {
-        eprintln!("gpuq-broker: crash point {step}: aborting (test build)");
-        std::process::abort();
-    }
-    if std::env::var("GPUQ_PAUSE_AT").is_ok_and(|s| s == step) {
-        if let Some(resume) = std::env::var_os("GPUQ_PAUSE_FILE") {
-            eprintln!("gpuq-broker: pause point {step}: waiting for {resume:?} (test build)");
-            let wait = || {
-                while !std::path::Path::new(&resume).exists() {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-            };
-            // Called from a task: the worker's other tasks (its LIFO slot
-            // cannot be stolen) go to another thread while this one
-            // sleeps — a plain sleep here once left `gpuq log` unanswered
-            // for as long as the pause lasted.
-            match tokio::runtime::Handle::try_current() {
-                Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-                    tokio::task::block_in_place(wait)
-                }
-                _ => wait(),
-            }
-        }
-    }
-}
-
-#[cfg(not(feature = "crash-points"))]
-#[inline(always)]
-pub fn crash_point(_step: &str) {}

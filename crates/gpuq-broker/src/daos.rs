@@ -110,7 +110,7 @@ impl LocalSteps for Local<'_> {
     }
 
     fn checkpoint(&self, point: &str) {
-        crate::broker::crash_point(point);
+        crate::crash::crash_point(point);
     }
 }
 
@@ -118,9 +118,17 @@ impl Daos {
     /// Open the lease store (an unreleased lease is put on hold here) and
     /// start the node links.
     pub fn start(cfg: DaosConfig, state_dir: &Path, now: i64) -> anyhow::Result<Arc<Self>> {
-        let (store, held) = LeaseStore::open(state_dir, now)?;
-        if let Some(l) = &held {
-            tracing::warn!(lease = %l.lease, "an unreleased DAOS lease is held; run `gpuq recover`");
+        let (store, found) = LeaseStore::open(state_dir, now)?;
+        match &found {
+            Some(l) if matches!(l.phase, Phase::Held { .. }) => {
+                tracing::warn!(lease = %l.lease, "an unreleased DAOS lease is held; run `gpuq recover`")
+            }
+            Some(l) => tracing::info!(
+                lease = %l.lease,
+                phase = ?l.phase,
+                "an unreleased DAOS lease: re-adopting it (its job, then its cleanup)"
+            ),
+            None => {}
         }
         let links = NodeLinks::new(
             cfg.nodes
@@ -213,6 +221,21 @@ impl Daos {
         let v: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("active.json")).ok()?).ok()?;
         self.store.load(v["lease"].as_str()?).ok()
+    }
+
+    /// Hold the active lease (`lease`) with `reason`: a restarted broker
+    /// that cannot re-adopt it. Nothing else is done to it.
+    pub fn hold(&self, lease: &str, reason: &str) -> Result<(), String> {
+        let mut l = self
+            .store
+            .load(lease)
+            .map_err(|e| format!("lease {lease}: {e}"))?;
+        if matches!(l.phase, Phase::Held { .. } | Phase::Released) {
+            return Ok(());
+        }
+        self.store
+            .hold(&mut l, None, None, reason, crate::now())
+            .map_err(|e| format!("lease {lease}: {e}"))
     }
 
     /// Why the gate stays closed for a lease that is not released, if one

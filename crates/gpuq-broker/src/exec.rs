@@ -252,7 +252,7 @@ impl Broker {
         }
         // Test builds: hold here, so a test can swap the paths checked
         // above before anything is mounted (what is mounted must not change).
-        crate::broker::crash_point("exec_checked");
+        crate::crash::crash_point("exec_checked");
         let control = host.control_config(&lease.lease);
         // The owner's admin certificate and key (0500, the owner's): the
         // control config names them at these host paths.

@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod crash;
 pub mod daos;
 pub mod dirs;
 pub mod error;

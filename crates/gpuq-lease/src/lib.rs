@@ -4,7 +4,8 @@
 //!  gated ─▶ preparing ─▶ running ─▶ cleaning ─▶ released
 //!              │            │          │
 //!              └────────────┴──────────┘ fail/timeout/cancel → cleaning
-//!  cleaning fails, broker killed, host reboots ─▶ held (blocks ALL jobs)
+//!  cleaning fails, broker killed while preparing ─▶ held (blocks ALL jobs)
+//!  broker restarted while running/cleaning ─▶ re-adopted as it was
 //!  held ─ recover ─▶ cleaning (from the first unconfirmed step)
 //! ```
 //!
@@ -12,10 +13,16 @@
 //! **before** the caller acts on it: [`LeaseStore::create`] writes
 //! `<lease>.json` and `active.json` before any node is touched; a cleanup
 //! step is recorded as confirmed only after all four nodes confirmed it.
-//! On start, [`LeaseStore::open`] finds an unreleased lease and holds it:
-//! never silently continue. The hold is `blocked.json`, which the broker's
-//! gate reads on every decision; only a cleanup that confirms every
-//! remaining step ([`LeaseStore::release`]) removes it — `unlock` cannot.
+//! On start, [`LeaseStore::open`] finds an unreleased lease. One that was
+//! **preparing** is held: what was half set up cannot be confirmed. One
+//! that was **running** or **cleaning** is handed to the caller as it is,
+//! to re-adopt (the job still runs; its cleanup follows) or to resume its
+//! cleanup from the first unconfirmed step (every step is idempotent) —
+//! and the caller holds it if it cannot. Either way it stays unreleased,
+//! so no next job starts meanwhile. The hold is `blocked.json`, which the
+//! broker's gate reads on every decision; only a cleanup that confirms
+//! every remaining step ([`LeaseStore::release`]) removes it — `unlock`
+//! cannot.
 //!
 //! Nothing here knows gpuq's queue: a Slurm prolog/epilog can drive the
 //! same records.
@@ -158,9 +165,12 @@ fn valid_name(s: &str) -> bool {
 }
 
 impl LeaseStore {
-    /// Open the store. If a lease is active and not released (the broker
-    /// died, the host rebooted), it is put on hold here — before the caller
-    /// can start anything.
+    /// Open the store, and return the active lease if it is not released
+    /// (the broker died or was restarted, the host rebooted). One that was
+    /// preparing is put on hold here, before the caller can start anything;
+    /// one that was running or cleaning is returned as it is, for the
+    /// caller to re-adopt or resume (it is still unreleased: the gate stays
+    /// closed) or to [`LeaseStore::hold`].
     pub fn open(dir: &Path, now: i64) -> Result<(Self, Option<Lease>), LeaseError> {
         let store = LeaseStore {
             dir: dir.to_path_buf(),
@@ -175,8 +185,8 @@ impl LeaseStore {
                 store.remove(&store.dir.join("active.json"))?;
                 return Ok((store, None));
             }
-            Phase::Held { .. } => {}
-            _ => {
+            Phase::Held { .. } | Phase::Running | Phase::Cleaning => {}
+            Phase::Preparing => {
                 let reason = format!(
                     "the broker stopped while the lease was {}; cleanup must be confirmed",
                     phase_name(&lease.phase)
@@ -469,19 +479,39 @@ mod tests {
     }
 
     #[test]
-    fn a_broker_that_dies_mid_lease_comes_back_held() {
+    fn a_broker_that_dies_while_running_or_cleaning_finds_the_lease_as_it_was() {
+        for phase in [Phase::Running, Phase::Cleaning] {
+            let d = tempfile::tempdir().unwrap();
+            {
+                let (s, _) = LeaseStore::open(d.path(), 1).unwrap();
+                let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
+                s.transition(&mut l, phase.clone(), 11).unwrap();
+            } // "kill -9"
+            let (s, found) = LeaseStore::open(d.path(), 20).unwrap();
+            let found = found.expect("the unreleased lease is found");
+            assert_eq!(found.phase, phase);
+            // Not held, and still not released: no next lease may start.
+            assert!(s.blocked().unwrap().is_none());
+            assert!(matches!(
+                s.create("L2", "job 8", "inst1", 21),
+                Err(LeaseError::Busy { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn a_broker_that_dies_while_preparing_comes_back_held() {
         let d = tempfile::tempdir().unwrap();
         {
             let (s, _) = LeaseStore::open(d.path(), 1).unwrap();
-            let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
-            s.transition(&mut l, Phase::Running, 11).unwrap();
+            s.create("L1", "job 7", "inst1", 10).unwrap();
         } // "kill -9"
         let (s, held) = LeaseStore::open(d.path(), 20).unwrap();
         let held = held.expect("the unreleased lease is found");
         assert!(matches!(held.phase, Phase::Held { .. }));
         let b = s.blocked().unwrap().expect("blocked.json written");
         assert_eq!(b.lease, "L1");
-        assert!(b.reason.contains("running"), "{}", b.reason);
+        assert!(b.reason.contains("preparing"), "{}", b.reason);
         // The broker's gate reads the same file with these keys.
         let raw: serde_json::Value =
             serde_json::from_slice(&std::fs::read(d.path().join("blocked.json")).unwrap()).unwrap();
