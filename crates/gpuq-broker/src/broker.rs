@@ -30,7 +30,7 @@ use gpuq_protocol::{
 };
 use std::collections::HashMap;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch, Notify};
@@ -262,7 +262,7 @@ impl Broker {
 
     /// The recovery hold (`<state_dir>/blocked.json`); an unreadable file holds.
     pub fn hold_state(&self) -> Option<HoldInfo> {
-        read_hold(&self.cfg.state_dir.join("blocked.json"))
+        read_hold(&self.cfg.state_dir)
     }
 
     pub fn lock(&self, peer: &Peer, reason: &str) -> Result<LockInfo, ApiError> {
@@ -1582,25 +1582,22 @@ fn unreadable(path: &Path, e: &str) -> LockInfo {
     }
 }
 
-fn read_hold(path: &PathBuf) -> Option<HoldInfo> {
-    let bytes = match std::fs::read(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        Err(e) => {
-            return Some(HoldInfo {
-                lease: "?".into(),
-                reason: format!("{} unreadable: {e}", path.display()),
-                since: 0,
-            })
-        }
-        Ok(b) => b,
-    };
-    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-    let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
-    Some(HoldInfo {
-        lease: s("lease").unwrap_or_else(|| "?".into()),
-        reason: s("reason").unwrap_or_else(|| format!("{} is present", path.display())),
-        since: v.get("since").and_then(|x| x.as_i64()).unwrap_or(0),
-    })
+fn read_hold(dir: &Path) -> Option<HoldInfo> {
+    match gpuq_lease::blocked_in(dir) {
+        Ok(None) => None,
+        Ok(Some(b)) => Some(HoldInfo {
+            lease: b.lease,
+            reason: b.reason,
+            since: b.since,
+        }),
+        // Present but unreadable or not a hold record: it holds (fail
+        // closed), saying why.
+        Err(e) => Some(HoldInfo {
+            lease: "?".into(),
+            reason: format!("{e}; an operator must look"),
+            since: 0,
+        }),
+    }
 }
 
 /// Render argv for a log line (quotes only where needed).

@@ -217,10 +217,7 @@ impl Daos {
 
     /// The active lease, if any (preparing, running, cleaning or held).
     pub fn active(&self) -> Option<Lease> {
-        let dir = self.store_dir();
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("active.json")).ok()?).ok()?;
-        self.store.load(v["lease"].as_str()?).ok()
+        self.store.current().ok().flatten()
     }
 
     /// Hold the active lease (`lease`) with `reason`: a restarted broker
@@ -242,41 +239,22 @@ impl Daos {
     /// is: its phase, or — when `active.json` exists but it or its lease
     /// record cannot be read — that (fail closed).
     pub fn unreleased(&self) -> Option<String> {
-        let pointer = self.store_dir().join("active.json");
-        let bytes = match std::fs::read(&pointer) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) => {
-                return Some(format!(
-                    "{} is unreadable ({e}); an operator must look",
-                    pointer.display()
-                ))
-            }
-            Ok(b) => b,
-        };
-        let lease = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v["lease"].as_str().map(str::to_string));
-        let Some(name) = lease else {
-            return Some(format!(
-                "{} names no lease; an operator must look",
-                pointer.display()
-            ));
-        };
-        Some(match self.store.load(&name) {
-            Err(e) => format!("DAOS lease {name}: {e}; an operator must look"),
-            Ok(l) => match &l.phase {
-                Phase::Held { reason, .. } => {
-                    format!("DAOS lease {name} is held ({reason}); run `sudo gpuq recover`")
-                }
+        Some(match self.store.current() {
+            Ok(None) => return None,
+            Err(e) => format!("{e}; an operator must look"),
+            Ok(Some(l)) => match &l.phase {
+                Phase::Held { reason, .. } => format!(
+                    "DAOS lease {} is held ({reason}); run `sudo gpuq recover`",
+                    l.lease
+                ),
                 // Released, the pointer about to go.
                 Phase::Released => return None,
-                _ => format!("DAOS lease {name} is not released; `sudo gpuq recover` cleans it up"),
+                _ => format!(
+                    "DAOS lease {} is not released; `sudo gpuq recover` cleans it up",
+                    l.lease
+                ),
             },
         })
-    }
-
-    fn store_dir(&self) -> PathBuf {
-        self.store.dir().to_path_buf()
     }
 
     /// Steps 2–4 of mission.md §4 for one job: lease (durable first),

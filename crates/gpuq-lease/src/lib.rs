@@ -164,6 +164,22 @@ fn valid_name(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// The hold in `dir` (`blocked.json`), read without opening the store (the
+/// broker's gate reads it on every decision, also without `[daos]`).
+pub fn blocked_in(dir: &Path) -> Result<Option<Blocked>, LeaseError> {
+    let p = dir.join("blocked.json");
+    match std::fs::read(&p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(LeaseError::Io { path: p, source }),
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| LeaseError::Corrupt {
+                path: p,
+                why: e.to_string(),
+            }),
+    }
+}
+
 impl LeaseStore {
     /// Open the store, and return the active lease if it is not released
     /// (the broker died or was restarted, the host rebooted). One that was
@@ -242,16 +258,16 @@ impl LeaseStore {
 
     /// The hold, if any (`blocked.json`).
     pub fn blocked(&self) -> Result<Option<Blocked>, LeaseError> {
-        let p = self.dir.join("blocked.json");
-        match std::fs::read(&p) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(LeaseError::Io { path: p, source }),
-            Ok(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|e| LeaseError::Corrupt {
-                    path: p,
-                    why: e.to_string(),
-                }),
+        blocked_in(&self.dir)
+    }
+
+    /// The active lease's record: `None` when no lease is active; an error
+    /// when `active.json` or the record it names cannot be read (the caller
+    /// fails closed).
+    pub fn current(&self) -> Result<Option<Lease>, LeaseError> {
+        match self.active()? {
+            None => Ok(None),
+            Some(name) => self.load(&name).map(Some),
         }
     }
 
@@ -497,6 +513,20 @@ mod tests {
                 Err(LeaseError::Busy { .. })
             ));
         }
+    }
+
+    #[test]
+    fn the_current_lease_is_read_through_its_pointer_and_a_bad_pointer_is_an_error() {
+        let (d, s) = store();
+        assert!(s.current().unwrap().is_none());
+        assert!(blocked_in(d.path()).unwrap().is_none());
+        s.create("L1", "job 7", "inst1", 10).unwrap();
+        assert_eq!(s.current().unwrap().unwrap().lease, "L1");
+        std::fs::write(d.path().join("active.json"), "{garbage").unwrap();
+        let e = s.current().unwrap_err().to_string();
+        assert!(e.contains("active.json"), "{e}");
+        std::fs::write(d.path().join("blocked.json"), "[]").unwrap();
+        assert!(blocked_in(d.path()).is_err());
     }
 
     #[test]
