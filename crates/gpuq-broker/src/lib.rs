@@ -25,13 +25,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Seconds since the epoch.
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+pub use gpuq_protocol::time::now;
 
 /// Bring the broker up on `cfg` and serve until the process is stopped.
 /// `shim` is the broker's own executable (`/proc/self/exe`): the direct

@@ -154,12 +154,7 @@ pub enum LifecycleError {
     NothingToRecover,
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+use gpuq_protocol::time::now;
 
 /// Call every node at once; (node, result) in node order.
 async fn on_all<T, F, Fut>(nodes: &[Node], f: F) -> Vec<(String, Result<T, ClientError>)>

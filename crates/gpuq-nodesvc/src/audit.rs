@@ -26,9 +26,4 @@ pub fn append(lease_dir: &Path, step: &str, result: &str, detail: &str) -> std::
     f.sync_all()
 }
 
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+pub use gpuq_protocol::time::now;
