@@ -50,10 +50,6 @@ impl Peer {
     }
 }
 
-/// `--stor` kinds the product knows (mission.md §1).
-pub const STOR_KINDS: [&str; 3] = ["lustre", "nfsrdma", "nvmeof"];
-const MAX_NAME: usize = 64;
-
 #[derive(Debug)]
 struct CancelReq {
     by: String,
@@ -314,76 +310,11 @@ impl Broker {
     // ── submit, list, status, cancel ─────────────────────────────────────
 
     pub fn submit(&self, peer: &Peer, req: SubmitRequest) -> Result<SubmitResponse, ApiError> {
-        let bad = |m: String| Err(ApiError::BadRequest(m));
-        if req.argv.is_empty() || req.argv[0].is_empty() {
-            return bad("no command given: use `gpuq submit -- CMD [ARGS...]`".into());
-        }
-        let has_nul = |s: &str| s.contains('\0');
-        if req.argv.iter().any(|a| has_nul(a))
-            || has_nul(&req.cwd)
-            || req.env.iter().any(|(k, v)| has_nul(k) || has_nul(v))
-        {
-            return bad("command, directory and environment must not contain NUL bytes".into());
-        }
-        // The same rule daos-exec applies when it mounts the directory
-        // (exec_dirs.rs): absolute, no '..', at most 4095 bytes.
-        if let Err(why) = crate::exec_dirs::plain_abs_path(&req.cwd) {
-            return bad(format!(
-                "working directory '{}' {why}",
-                crate::exec_dirs::shown(&req.cwd)
-            ));
-        }
-        if let Some(name) = &req.name {
-            if name.is_empty()
-                || name.chars().count() > MAX_NAME
-                || name.chars().any(char::is_control)
-            {
-                return bad(format!("--name must be 1-{MAX_NAME} printable characters"));
-            }
-        }
-        let limit = match &req.time {
-            None => self.cfg.default_time_secs,
-            Some(t) => duration::parse(t).map_err(|e| ApiError::BadRequest(e.to_string()))?,
+        let daos = match &self.daos {
+            None => crate::submit::Daos::Off(&self.cfg),
+            Some(d) => crate::submit::Daos::Profiles(d.config().profiles.keys().cloned().collect()),
         };
-        if limit > self.cfg.max_time_secs {
-            return bad(format!(
-                "time limit {} is longer than this host's maximum {}",
-                duration::format(limit),
-                duration::format(self.cfg.max_time_secs)
-            ));
-        }
-        if let Some(kind) = &req.stor {
-            if !STOR_KINDS.contains(&kind.as_str()) {
-                return bad(format!(
-                    "--stor '{kind}' is not a storage kind: use one of {}",
-                    STOR_KINDS.join(", ")
-                ));
-            }
-            return Err(ApiError::NotEnabled(format!(
-                "kernel storage jobs (--stor {kind}) are not enabled on this broker"
-            )));
-        }
-        if let Some(inst) = &req.inst {
-            match &self.daos {
-                None => {
-                    return Err(ApiError::NotEnabled(
-                        self.cfg.daos_off(&format!("--inst {inst}")),
-                    ))
-                }
-                Some(d) if d.profile(inst).is_none() => {
-                    return bad(format!(
-                        "--inst '{inst}' is not a DAOS profile here; configured: {}",
-                        d.config()
-                            .profiles
-                            .keys()
-                            .cloned()
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
+        let limit = crate::submit::check(&req, &self.cfg, &daos)?;
         if !peer.is_root() {
             if let Some(l) = self.lock_state() {
                 return Err(ApiError::Locked(format!(

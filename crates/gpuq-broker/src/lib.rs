@@ -18,6 +18,7 @@ pub mod policy;
 pub mod runner;
 pub mod server;
 pub mod store;
+pub mod submit;
 pub mod usage;
 
 use anyhow::Context;

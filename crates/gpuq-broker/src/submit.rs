@@ -1,0 +1,251 @@
+//! What a submit must be before anything is stored: pure checks of the
+//! request against the configuration, each refusal one line saying what
+//! was wrong and what to do. The broker then applies what depends on its
+//! state (the maintenance lock, the per-user queue cap) and stores the job.
+
+use crate::config::BrokerConfig;
+use crate::error::ApiError;
+use gpuq_protocol::{duration, SubmitRequest};
+
+/// `--stor` kinds the product knows (mission.md §1; kernel storage jobs, not enabled yet).
+pub const STOR_KINDS: [&str; 3] = ["lustre", "nfsrdma", "nvmeof"];
+/// Longest `--name`, in characters.
+pub const MAX_NAME: usize = 64;
+
+/// What `--inst` may name on this broker.
+#[derive(Debug)]
+pub enum Daos<'a> {
+    /// No enabled `[daos]`: `--inst` is refused with the config's reason.
+    Off(&'a BrokerConfig),
+    /// The configured profiles.
+    Profiles(Vec<String>),
+}
+
+/// Check `req`; the job's time limit in seconds if it may be stored.
+pub fn check(req: &SubmitRequest, cfg: &BrokerConfig, daos: &Daos<'_>) -> Result<u64, ApiError> {
+    let bad = |m: String| Err(ApiError::BadRequest(m));
+    if req.argv.is_empty() || req.argv[0].is_empty() {
+        return bad("no command given: use `gpuq submit -- CMD [ARGS...]`".into());
+    }
+    let has_nul = |s: &str| s.contains('\0');
+    if req.argv.iter().any(|a| has_nul(a))
+        || has_nul(&req.cwd)
+        || req.env.iter().any(|(k, v)| has_nul(k) || has_nul(v))
+    {
+        return bad("command, directory and environment must not contain NUL bytes".into());
+    }
+    // The same rule daos-exec applies when it mounts the directory
+    // (exec_dirs.rs): absolute, no '..', at most 4095 bytes.
+    if let Err(why) = crate::exec_dirs::plain_abs_path(&req.cwd) {
+        return bad(format!(
+            "working directory '{}' {why}",
+            crate::exec_dirs::shown(&req.cwd)
+        ));
+    }
+    if let Some(name) = &req.name {
+        if name.is_empty() || name.chars().count() > MAX_NAME || name.chars().any(char::is_control)
+        {
+            return bad(format!("--name must be 1-{MAX_NAME} printable characters"));
+        }
+    }
+    let limit = match &req.time {
+        None => cfg.default_time_secs,
+        Some(t) => duration::parse(t).map_err(|e| ApiError::BadRequest(e.to_string()))?,
+    };
+    if limit > cfg.max_time_secs {
+        return bad(format!(
+            "time limit {} is longer than this host's maximum {}",
+            duration::format(limit),
+            duration::format(cfg.max_time_secs)
+        ));
+    }
+    if let Some(kind) = &req.stor {
+        if !STOR_KINDS.contains(&kind.as_str()) {
+            return bad(format!(
+                "--stor '{kind}' is not a storage kind: use one of {}",
+                STOR_KINDS.join(", ")
+            ));
+        }
+        return Err(ApiError::NotEnabled(format!(
+            "kernel storage jobs (--stor {kind}) are not enabled on this broker"
+        )));
+    }
+    if let Some(inst) = &req.inst {
+        match daos {
+            Daos::Off(cfg) => {
+                return Err(ApiError::NotEnabled(
+                    cfg.daos_off(&format!("--inst {inst}")),
+                ))
+            }
+            Daos::Profiles(p) if !p.contains(inst) => {
+                return bad(format!(
+                    "--inst '{inst}' is not a DAOS profile here; configured: {}",
+                    p.join(", ")
+                ))
+            }
+            Daos::Profiles(_) => {}
+        }
+    }
+    Ok(limit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn cfg() -> BrokerConfig {
+        BrokerConfig::parse(
+            Path::new("/etc/gpuqueue-daos/broker.toml"),
+            "[broker]\ndefault_time = \"1h\"\nmax_time = \"2h\"\n",
+        )
+        .unwrap()
+    }
+
+    fn req(argv: &[&str]) -> SubmitRequest {
+        SubmitRequest {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            cwd: "/home/alice".into(),
+            env: vec![("PATH".into(), "/usr/bin".into())],
+            time: None,
+            name: None,
+            inst: None,
+            stor: None,
+        }
+    }
+
+    fn refused(r: Result<u64, ApiError>) -> (String, String) {
+        let e = r.unwrap_err();
+        let code = e.status_and_code().1.as_str().to_string();
+        let msg = e.to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        (code, msg)
+    }
+
+    #[test]
+    fn a_plain_request_gets_the_default_limit_or_its_own() {
+        let c = cfg();
+        let off = Daos::Off(&c);
+        assert_eq!(check(&req(&["true"]), &c, &off).unwrap(), 3600);
+        let mut r = req(&["true"]);
+        r.time = Some("90m".into());
+        assert_eq!(check(&r, &c, &off).unwrap(), 5400);
+    }
+
+    #[test]
+    fn each_bad_field_is_refused_in_one_line_naming_it() {
+        let c = cfg();
+        let off = Daos::Off(&c);
+        let cases: Vec<(SubmitRequest, &str, &str)> = vec![
+            (req(&[]), "bad_request", "no command given"),
+            (req(&[""]), "bad_request", "no command given"),
+            (req(&["a\0b"]), "bad_request", "NUL"),
+            (
+                SubmitRequest {
+                    env: vec![("X".into(), "a\0".into())],
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "NUL",
+            ),
+            (
+                SubmitRequest {
+                    cwd: "relative/dir".into(),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "working directory 'relative/dir'",
+            ),
+            (
+                SubmitRequest {
+                    cwd: "/home/../etc".into(),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "working directory",
+            ),
+            (
+                SubmitRequest {
+                    name: Some(String::new()),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "--name must be 1-64",
+            ),
+            (
+                SubmitRequest {
+                    name: Some("x".repeat(65)),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "--name",
+            ),
+            (
+                SubmitRequest {
+                    name: Some("a\u{1b}[2J".into()),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "--name",
+            ),
+            (
+                SubmitRequest {
+                    time: Some("soon".into()),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "soon",
+            ),
+            (
+                SubmitRequest {
+                    time: Some("3h".into()),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "longer than this host's maximum 2:00:00",
+            ),
+            (
+                SubmitRequest {
+                    stor: Some("ext4".into()),
+                    ..req(&["true"])
+                },
+                "bad_request",
+                "use one of lustre, nfsrdma, nvmeof",
+            ),
+            (
+                SubmitRequest {
+                    stor: Some("lustre".into()),
+                    ..req(&["true"])
+                },
+                "not_enabled",
+                "--stor lustre",
+            ),
+            (
+                SubmitRequest {
+                    inst: Some("inst1".into()),
+                    ..req(&["true"])
+                },
+                "not_enabled",
+                "no [daos] in /etc/gpuqueue-daos/broker.toml",
+            ),
+        ];
+        for (r, code, needle) in cases {
+            let (c2, msg) = refused(check(&r, &c, &off));
+            assert_eq!(c2, code, "{msg}");
+            assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
+        }
+    }
+
+    #[test]
+    fn inst_must_name_a_configured_profile() {
+        let c = cfg();
+        let p = Daos::Profiles(vec!["inst1".into(), "inst2".into()]);
+        let mut r = req(&["true"]);
+        r.inst = Some("inst2".into());
+        assert!(check(&r, &c, &p).is_ok());
+        r.inst = Some("inst3".into());
+        let (code, msg) = refused(check(&r, &c, &p));
+        assert_eq!(code, "bad_request");
+        assert!(msg.contains("configured: inst1, inst2"), "{msg}");
+    }
+}
