@@ -13,7 +13,7 @@ use crate::metrics::Metrics;
 use crate::runner::Runner;
 use gpuq_lease::{CleanupStep, Lease, LeaseStore, Phase};
 use gpuq_lifecycle::host::{Host, HostProfile};
-use gpuq_lifecycle::{Lifecycle, LifecycleError, LocalSteps, Node};
+use gpuq_lifecycle::{Lifecycle, LifecycleError, LocalError, LocalSteps, Node};
 use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
 use gpuq_podman::ImageId;
 use gpuq_protocol::node::ServerTls;
@@ -62,7 +62,7 @@ pub struct Local<'a> {
 
 #[async_trait::async_trait]
 impl LocalSteps for Local<'_> {
-    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String> {
+    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, LocalError> {
         match step {
             CleanupStep::KillJob => match self.job {
                 None => Ok("no job recorded for this lease".into()),
@@ -72,28 +72,32 @@ impl LocalSteps for Local<'_> {
                         .await
                         .map_err(|e| format!("end job {id}: {e}"))?;
                     if self.runner.alive(id).await.map_err(|e| e.to_string())? {
-                        return Err(format!("job {id} still has processes after the kill"));
+                        return Err(format!("job {id} still has processes after the kill").into());
                     }
                     Ok(format!("job {id}: no process left"))
                 }
             },
-            CleanupStep::RemoveClients => self.host.remove_clients(&lease.lease).await,
-            CleanupStep::StopAgent => self.host.stop_agent(&lease.lease).await,
+            CleanupStep::RemoveClients => Ok(self.host.remove_clients(&lease.lease).await?),
+            CleanupStep::StopAgent => Ok(self.host.stop_agent(&lease.lease).await?),
             CleanupStep::SystemStop => self.host.system_stop(&lease.lease).await,
             CleanupStep::StopServers | CleanupStep::Wipe => {
-                Err(format!("{step:?} is a node step, not the broker's"))
+                Err(format!("{step:?} is a node step, not the broker's").into())
             }
         }
     }
 
-    async fn alongside(&self, lease: &Lease, step: CleanupStep) -> Result<Option<String>, String> {
+    async fn alongside(
+        &self,
+        lease: &Lease,
+        step: CleanupStep,
+    ) -> Result<Option<String>, LocalError> {
         match step {
             // The agent's process is gone (StopAgent confirmed it); its
             // container goes while `dmg system stop` runs.
-            CleanupStep::SystemStop => self.host.remove_agent(&lease.lease).await.map(Some),
+            CleanupStep::SystemStop => Ok(Some(self.host.remove_agent(&lease.lease).await?)),
             // After the servers are stopped (the wipe is light on the nodes;
             // done while they stop, the removal competed with theirs).
-            CleanupStep::Wipe => self.host.remove_admin(&lease.lease).await.map(Some),
+            CleanupStep::Wipe => Ok(Some(self.host.remove_admin(&lease.lease).await?)),
             _ => Ok(None),
         }
     }

@@ -620,13 +620,13 @@ impl Host {
     /// not stop). A system that was never formatted, or whose servers no
     /// longer answer, has nothing to stop: the server stop that follows
     /// confirms. The admin container stays for [`Host::remove_admin`].
-    pub async fn system_stop(&self, lease: &str) -> Result<String, String> {
+    pub async fn system_stop(&self, lease: &str) -> Result<String, crate::LocalError> {
         if !self.control_config(lease).exists() {
             // Never set up — or cxl2 restarted since: `run_dir` is under
             // /run, and with it went the admin certificate `dmg` needs. The
             // nodes' server stop that follows stops and confirms anyway.
             return Ok(format!(
-                "no control config at {} (the system was never set up, or this host restarted                  since); the nodes' server stop confirms",
+                "no control config at {} (the system was never set up, or this host restarted since); the nodes' server stop confirms",
                 self.control_config(lease).display()
             ));
         }
@@ -645,8 +645,14 @@ impl Host {
         Ok(format!("{r}, lease files removed"))
     }
 
-    async fn stop_system(&self, pm: &LibpodClient, lease: &str) -> Result<String, String> {
+    async fn stop_system(
+        &self,
+        pm: &LibpodClient,
+        lease: &str,
+    ) -> Result<String, crate::LocalError> {
         let mut last = String::new();
+        // The node of the first rank that would not stop (the hold names it).
+        let mut last_node = None;
         for force in [false, true] {
             let args: &[&str] = if force {
                 &["system", "stop", "--force"]
@@ -666,24 +672,27 @@ impl Host {
                     return Ok(format!("no server answers ({e}); the server stop confirms"));
                 }
                 last = e.to_string();
+                last_node = None;
                 continue;
             }
             let results = r["response"]["Results"]
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
-            let errored: Vec<String> = results
+            let errored: Vec<(Option<String>, String)> = results
                 .iter()
                 .filter(|x| x["Errored"].as_bool() == Some(true))
                 .map(|x| {
-                    format!(
+                    let node = self
+                        .node_of(x["Addr"].as_str().unwrap_or(""))
+                        .map(str::to_string);
+                    let text = format!(
                         "{}rank {}: {}",
-                        self.node_of(x["Addr"].as_str().unwrap_or(""))
-                            .map(|n| format!("{n}: "))
-                            .unwrap_or_default(),
+                        node.as_ref().map(|n| format!("{n}: ")).unwrap_or_default(),
                         x["Rank"],
                         x["Msg"].as_str().unwrap_or("")
-                    )
+                    );
+                    (node, text)
                 })
                 .collect();
             if errored.is_empty() {
@@ -693,9 +702,17 @@ impl Host {
                     if force { " (with --force)" } else { "" }
                 ));
             }
-            last = errored.join("; ");
+            last_node = errored.iter().find_map(|(n, _)| n.clone());
+            last = errored
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect::<Vec<_>>()
+                .join("; ");
         }
-        Err(format!("dmg system stop: {last}"))
+        Err(crate::LocalError {
+            node: last_node,
+            message: format!("dmg system stop: {last}"),
+        })
     }
 
     /// The node whose server listens at `addr` (`host:port` or `host`).

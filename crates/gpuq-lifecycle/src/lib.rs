@@ -62,19 +62,74 @@ impl Default for Deadlines {
     }
 }
 
+/// A failure of this host's part of a step: what happened and, when it is
+/// one node's doing (a rank that would not stop in `dmg system stop`),
+/// that node: the hold names it. Never parsed back out of the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalError {
+    pub node: Option<String>,
+    pub message: String,
+}
+
+impl LocalError {
+    pub fn on(node: impl Into<String>, message: impl Into<String>) -> Self {
+        LocalError {
+            node: Some(node.into()),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<String> for LocalError {
+    fn from(message: String) -> Self {
+        LocalError {
+            node: None,
+            message,
+        }
+    }
+}
+
+impl std::fmt::Display for LocalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// `f`, or past `deadline` an error saying so (`f` is dropped: whatever it
 /// waited for is abandoned).
-async fn within<T>(
+async fn within<T, E: From<String>>(
     deadline: Duration,
     what: impl std::fmt::Display,
-    f: impl std::future::Future<Output = Result<T, String>>,
-) -> Result<T, String> {
+    f: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
     match tokio::time::timeout(deadline, f).await {
         Ok(r) => r,
-        Err(_) => Err(format!(
+        Err(_) => Err(E::from(format!(
             "{what} did not finish within {}s (the deadline); abandoned",
             deadline.as_secs_f64()
-        )),
+        ))),
+    }
+}
+
+/// One node's (or this host's: `node` is `None`) failure in a cleanup step.
+#[derive(Debug, Clone)]
+struct Failure {
+    /// Who failed: a node, or this host (`broker`).
+    host: Option<String>,
+    /// The node the failure names, if any (the host's, or the one a broker
+    /// step's error names).
+    node: Option<String>,
+    message: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {}",
+            self.host.as_deref().unwrap_or("broker"),
+            self.message
+        )
     }
 }
 
@@ -99,7 +154,7 @@ impl Node {
 pub trait LocalSteps: Send + Sync {
     /// Do `step` (one of `KillJob`, `RemoveClients`, `StopAgent`,
     /// `SystemStop`) and say what was confirmed; an error holds the lease.
-    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, String>;
+    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, LocalError>;
 
     /// The broker's own work done while a step runs (the nodes' part of
     /// `StopServers` and `Wipe`, or [`LocalSteps::run`] of a broker step);
@@ -109,7 +164,7 @@ pub trait LocalSteps: Send + Sync {
         &self,
         _lease: &Lease,
         _step: CleanupStep,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, LocalError> {
         Ok(None)
     }
 
@@ -385,7 +440,7 @@ impl Lifecycle {
         while let Some(step) = l.next_step() {
             local.checkpoint(&format!("before_{}", step_name(step)));
             let t = std::time::Instant::now();
-            let result: Result<String, Vec<String>> = match step {
+            let result: Result<String, Vec<Failure>> = match step {
                 CleanupStep::KillJob
                 | CleanupStep::RemoveClients
                 | CleanupStep::StopAgent
@@ -405,7 +460,11 @@ impl Lifecycle {
                             .err()
                             .into_iter()
                             .chain(h.err())
-                            .map(|e| format!("broker: {e}"))
+                            .map(|e| Failure {
+                                host: None,
+                                node: e.node,
+                                message: e.message,
+                            })
                             .collect()),
                     }
                 }
@@ -473,12 +532,22 @@ impl Lifecycle {
                             }
                         }
                     }
-                    let mut failures: Vec<String> = res
+                    let mut failures: Vec<Failure> = res
                         .iter()
-                        .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
+                        .filter_map(|(node, r)| {
+                            r.as_ref().err().map(|e| Failure {
+                                host: Some(node.clone()),
+                                node: Some(node.clone()),
+                                message: e.to_string(),
+                            })
+                        })
                         .collect();
                     if let Err(e) = &here {
-                        failures.push(format!("broker: {e}"));
+                        failures.push(Failure {
+                            host: None,
+                            node: e.node.clone(),
+                            message: e.message.clone(),
+                        });
                     }
                     if failures.is_empty() {
                         let mut done: Vec<String> = res
@@ -507,25 +576,20 @@ impl Lifecycle {
                     self.store.step_done(l, step, &detail, now())?
                 }
                 Err(failures) => {
+                    let failures_text: Vec<String> =
+                        failures.iter().map(|f| f.to_string()).collect();
                     local.note(&format!(
                         "cleanup {} FAILED ({}): {}",
                         step_name(step),
                         secs(t),
-                        failures.join("; ")
+                        failures_text.join("; ")
                     ));
-                    // A node step's failures start with the node; a broker
-                    // step's may name the node it could not reach.
-                    let node = failures.first().and_then(|f| {
-                        let (who, rest) = f.split_once(": ")?;
-                        if who != "broker" {
-                            return Some(who.to_string());
-                        }
-                        self.nodes
-                            .iter()
-                            .find(|n| rest.contains(&format!("{}: ", n.name)))
-                            .map(|n| n.name.clone())
-                            .or(Some("broker".to_string()))
-                    });
+                    // The hold names the first failure's node: a node's own,
+                    // or the one a broker step's error names, else `broker`.
+                    let node = failures
+                        .first()
+                        .map(|f| f.node.clone().unwrap_or_else(|| "broker".to_string()));
+                    let failures = failures_text;
                     let reason = format!("{} failed: {}", step_name(step), failures.join("; "));
                     self.store
                         .hold(l, Some(step), node.as_deref(), &reason, now())?;

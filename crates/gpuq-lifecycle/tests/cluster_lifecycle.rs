@@ -2,7 +2,7 @@
 //! helpers, four simulated DAOS servers, a real broker reading the hold.
 
 use gpuq_lease::{CleanupStep, Lease, LeaseStore};
-use gpuq_lifecycle::{Lifecycle, LifecycleError, LocalSteps, Node};
+use gpuq_lifecycle::{Lifecycle, LifecycleError, LocalError, LocalSteps, Node};
 use gpuq_system_tests::cluster::*;
 use gpuq_system_tests::*;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,7 @@ struct NothingLocal;
 
 #[async_trait::async_trait]
 impl LocalSteps for NothingLocal {
-    async fn run(&self, _lease: &Lease, step: CleanupStep) -> Result<String, String> {
+    async fn run(&self, _lease: &Lease, step: CleanupStep) -> Result<String, LocalError> {
         Ok(format!(
             "{step:?}: nothing of this lease runs on the broker host in this test"
         ))
