@@ -13,14 +13,9 @@ use serde::{Deserialize, Serialize};
 /// Errors while loading or validating a node configuration file.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("invalid config {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    /// Unreadable, not root's alone, or not TOML.
+    #[error(transparent)]
+    File(#[from] gpuq_conffile::ConfFileError),
     #[error("invalid config {path}: key `{key}`: {message}")]
     Invalid {
         path: PathBuf,
@@ -103,22 +98,16 @@ impl DeviceEntry {
 
 impl NodeConfig {
     /// Read, parse and validate `path`.
+    /// Read (only if root alone could have written it: it decides which
+    /// devices may be discarded) and parse.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = gpuq_conffile::read_trusted(path)?;
         Self::parse(path, &text)
     }
 
     /// Parse and validate `text`; `path` is only used in error messages.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let cfg: NodeConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            // toml's message already names the key and shows line/column;
-            // keep it on one line for operators' logs.
-            message: e.to_string().trim().replace('\n', " "),
-        })?;
+        let cfg: NodeConfig = gpuq_conffile::parse_toml(path, text)?;
         cfg.validate(path)?;
         Ok(cfg)
     }

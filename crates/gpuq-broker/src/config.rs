@@ -8,7 +8,6 @@
 
 use gpuq_protocol::duration;
 use serde::Deserialize;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -32,6 +31,17 @@ pub enum ConfigError {
     },
     #[error("config {path} may have been written by someone other than root: {why}\nhint: `chown root:root {path} && chmod go-w {path}` (and the same for its directory)")]
     Unsafe { path: PathBuf, why: String },
+}
+
+impl From<gpuq_conffile::ConfFileError> for ConfigError {
+    fn from(e: gpuq_conffile::ConfFileError) -> Self {
+        use gpuq_conffile::ConfFileError as E;
+        match e {
+            E::Read { path, source } => ConfigError::Read { path, source },
+            E::Unsafe { path, why } => ConfigError::Unsafe { path, why },
+            E::Parse { path, message } => ConfigError::Parse { path, message },
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -291,25 +301,13 @@ impl BrokerConfig {
 
     /// Read, check ownership/permissions, parse and validate.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        check_ownership(path)?;
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = gpuq_conffile::read_trusted(path)?;
         Self::parse(path, &text)
     }
 
     /// Parse and validate text that came from `path` (no file-system checks).
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            // toml's message names the key and the line; keep it on one line.
-            message: e
-                .to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" "),
-        })?;
+        let raw: RawFile = gpuq_conffile::parse_toml(path, text)?;
         let b = raw.broker;
         let invalid = |key, message: String| ConfigError::Invalid {
             path: path.to_path_buf(),
@@ -637,55 +635,10 @@ fn parse_daos(d: RawDaos, invalid: Invalid, abs: Abs) -> Result<DaosConfig, Conf
     })
 }
 
-/// Refuse a config file that someone other than root could have written:
-/// the file and its directory must be owned by root and not group- or
-/// world-writable (a sticky directory such as /tmp is accepted for the directory).
+/// Refuse a config file that someone other than root could have written
+/// (see `gpuq_conffile`).
 pub fn check_ownership(path: &Path) -> Result<(), ConfigError> {
-    let unsafe_err = |why: String| ConfigError::Unsafe {
-        path: path.to_path_buf(),
-        why,
-    };
-    let meta = std::fs::symlink_metadata(path).map_err(|source| ConfigError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    if !meta.file_type().is_file() {
-        return Err(unsafe_err(
-            "not a regular file (symlinks are refused)".into(),
-        ));
-    }
-    if meta.uid() != 0 {
-        return Err(unsafe_err(format!("owned by uid {}, not root", meta.uid())));
-    }
-    if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_err(format!(
-            "mode {:o} lets group or others write it",
-            meta.mode() & 0o7777
-        )));
-    }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let dmeta = std::fs::metadata(dir).map_err(|source| ConfigError::Read {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    if dmeta.uid() != 0 {
-        return Err(unsafe_err(format!(
-            "its directory {} is owned by uid {}, not root",
-            dir.display(),
-            dmeta.uid()
-        )));
-    }
-    let sticky = dmeta.mode() & 0o1000 != 0;
-    if dmeta.mode() & 0o022 != 0 && !sticky {
-        return Err(unsafe_err(format!(
-            "its directory {} (mode {:o}) is writable by group or others",
-            dir.display(),
-            dmeta.mode() & 0o7777
-        )));
-    }
+    gpuq_conffile::read_trusted(path).map(|_| ())?;
     Ok(())
 }
 

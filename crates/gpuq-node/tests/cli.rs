@@ -553,3 +553,45 @@ fn missing_lease_argument_is_a_usage_error() {
     let (code, _, _) = node(&n.config, &["wipe"]);
     assert_eq!(code, 2);
 }
+
+#[test]
+fn a_config_that_others_could_have_written_is_refused_and_nothing_is_wiped() {
+    require!(root(), "a_config_that_others_could_have_written");
+    use std::os::unix::fs::PermissionsExt;
+    let d = LoopDev::new(16 * MIB);
+    d.write_data(0, MIB as usize);
+    let n = Node::for_loops(&[&d]);
+    let before = d.edge_hash();
+    let wipe = ["wipe", "--lease", "lease-1", "--json"];
+    // Writable by others: whoever wrote it could have allowlisted any disk.
+    std::fs::set_permissions(&n.config, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, out, err) = node(&n.config, &wipe);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("may have been written by someone other than root") && err.contains("666"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(d.edge_hash(), before, "device changed after a refusal");
+    // A symlink to a good config: refused as a link.
+    std::fs::set_permissions(&n.config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let link = n.config.with_file_name("link.toml");
+    std::os::unix::fs::symlink(&n.config, &link).unwrap();
+    let (code, _, err) = node(&link, &wipe);
+    assert_ne!(code, 0);
+    assert!(err.contains("symbolic link"), "{err}");
+    // Owned by another user.
+    std::os::unix::fs::chown(&n.config, Some(61002), None).unwrap();
+    let (code, _, err) = node(&n.config, &wipe);
+    assert_ne!(code, 0);
+    assert!(err.contains("owned by uid 61002"), "{err}");
+    assert_eq!(d.edge_hash(), before, "device changed after a refusal");
+    assert!(
+        !n.jobs.join("lease-1").exists(),
+        "an audit directory was made for a refused config"
+    );
+    // Root's again: the same config works (it was the file, not its content).
+    std::os::unix::fs::chown(&n.config, Some(0), None).unwrap();
+    let (code, v) = wipe_json(&n, "lease-1", &[]);
+    assert_eq!(code, 0, "{v:#}");
+}

@@ -20,11 +20,9 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum ProfileError {
-    #[error("cannot read config {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    /// Unreadable, not root's alone, or not TOML.
+    #[error(transparent)]
+    File(#[from] gpuq_conffile::ConfFileError),
     #[error("config {path}: {message}")]
     Parse { path: PathBuf, message: String },
     #[error("config {path}: key `{key}`: {message}")]
@@ -145,23 +143,15 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
+    /// Read (only if root alone could have written it: it decides which
+    /// devices this node may discard) and parse.
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = gpuq_conffile::read_trusted(path)?;
         Self::parse(path, &text)
     }
 
     pub fn parse(path: &Path, text: &str) -> Result<Self, ProfileError> {
-        let raw: RawFile = toml::from_str(text).map_err(|e| ProfileError::Parse {
-            path: path.to_path_buf(),
-            message: e
-                .to_string()
-                .split_whitespace()
-                .collect::<Vec<_>>()
-                .join(" "),
-        })?;
+        let raw: RawFile = gpuq_conffile::parse_toml(path, text)?;
         let invalid = |key: String, message: String| ProfileError::Invalid {
             path: path.to_path_buf(),
             key,

@@ -1,0 +1,195 @@
+//! Root's configuration files (`broker.toml`, `node.toml`).
+//!
+//! Whoever can write such a file decides what runs as root — which devices
+//! a node may discard, which images run privileged — so it is read only if
+//! root alone could have written it: a regular file (opened with
+//! `O_NOFOLLOW`, checked with `fstat` on the descriptor it is then read
+//! from, so no swap between check and read), owned by root, not writable
+//! by group or others, in a directory owned by root and not writable by
+//! group or others (a sticky directory such as `/tmp` is accepted: others
+//! cannot replace a file of root's there). sshd's `StrictModes`, for a
+//! daemon's own configuration.
+//!
+//! Then TOML, with the parser's message kept on one line (it names the key
+//! and the line), as every error of ours is.
+
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfFileError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path} may have been written by someone other than root: {why}\nhint: `chown root:root {path} && chmod go-w {path}` (and the same for its directory)")]
+    Unsafe { path: PathBuf, why: String },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+/// The text of `path`, if root alone could have written it (see the crate
+/// documentation); otherwise why not, naming the file.
+pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
+    let read_err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| ConfFileError::Read { path: p, source }
+    };
+    let unsafe_err = |why: String| ConfFileError::Unsafe {
+        path: path.to_path_buf(),
+        why,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                unsafe_err("it is a symbolic link (refused: the file itself must be root's)".into())
+            } else {
+                read_err(path)(e)
+            }
+        })?;
+    let meta = f.metadata().map_err(read_err(path))?;
+    if !meta.file_type().is_file() {
+        return Err(unsafe_err("not a regular file".into()));
+    }
+    if meta.uid() != 0 {
+        return Err(unsafe_err(format!("owned by uid {}, not root", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(unsafe_err(format!(
+            "mode {:o} lets group or others write it",
+            meta.mode() & 0o7777
+        )));
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let dmeta = std::fs::metadata(dir).map_err(read_err(dir))?;
+    if dmeta.uid() != 0 {
+        return Err(unsafe_err(format!(
+            "its directory {} is owned by uid {}, not root",
+            dir.display(),
+            dmeta.uid()
+        )));
+    }
+    let sticky = dmeta.mode() & 0o1000 != 0;
+    if dmeta.mode() & 0o022 != 0 && !sticky {
+        return Err(unsafe_err(format!(
+            "its directory {} (mode {:o}) is writable by group or others",
+            dir.display(),
+            dmeta.mode() & 0o7777
+        )));
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).map_err(read_err(path))?;
+    Ok(text)
+}
+
+/// Parse `text` (from `path`, named in the error) as TOML into `T`.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    text: &str,
+) -> Result<T, ConfFileError> {
+    toml::from_str(text).map_err(|e| ConfFileError::Parse {
+        path: path.to_path_buf(),
+        // toml's message names the key and the line; keep it on one line.
+        message: e
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn dir() -> tempfile::TempDir {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        d
+    }
+
+    /// Root's files can only be made by root: fail (or, knowingly, skip).
+    fn root(test: &str) -> bool {
+        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+        if !root {
+            gpuq_test_skip::cannot_run(test, "needs root (the files must be root's)");
+        }
+        root
+    }
+
+    #[test]
+    fn roots_file_is_read_and_others_are_refused_naming_why() {
+        let d = dir();
+        let p = d.path().join("c.toml");
+        std::fs::write(&p, "a = 1\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        if !root("roots_file_is_read_and_others_are_refused_naming_why") {
+            return;
+        }
+        assert_eq!(read_trusted(&p).unwrap(), "a = 1\n");
+        // Writable by others: refused, whoever runs this.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = read_trusted(&p).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("mode 666"), "{e}");
+        // A symlink to it: refused as a link, even to a good file.
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let l = d.path().join("link.toml");
+        std::os::unix::fs::symlink(&p, &l).unwrap();
+        let e = read_trusted(&l).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        // A directory, not a file.
+        let e = read_trusted(d.path()).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        // Missing: a read error naming it.
+        let e = read_trusted(&d.path().join("none.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot read config") && e.contains("none.toml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_group_writable_directory_is_refused_unless_sticky() {
+        if !root("a_group_writable_directory_is_refused_unless_sticky") {
+            return;
+        }
+        let d = dir();
+        let p = d.path().join("c.toml");
+        std::fs::write(&p, "a = 1\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o775)).unwrap();
+        let e = read_trusted(&p).unwrap_err().to_string();
+        assert!(e.contains("its directory") && e.contains("775"), "{e}");
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(read_trusted(&p).is_ok());
+    }
+
+    #[test]
+    fn toml_errors_are_one_line_naming_the_file() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct T {
+            a: u32,
+        }
+        let e = parse_toml::<T>(Path::new("/etc/x.toml"), "a = \"one\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("config /etc/x.toml: ") && !e.contains('\n'),
+            "{e}"
+        );
+        assert_eq!(parse_toml::<T>(Path::new("x"), "a = 2").unwrap().a, 2);
+    }
+}
