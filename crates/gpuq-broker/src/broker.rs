@@ -503,7 +503,7 @@ impl Broker {
 
     fn job_for(&self, peer: &Peer, id: JobId, verb: &str) -> Result<Job, ApiError> {
         let job = self.store.get(id)?.ok_or(ApiError::NoSuchJob(id))?;
-        if !policy::may_act_on(peer.uid, &job) {
+        if !policy::may_act_on(peer.uid, job.uid) {
             return Err(ApiError::Forbidden(format!(
                 "job {id} belongs to {}; you may {verb} only your own jobs",
                 job.user

@@ -85,7 +85,12 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     tokio::spawn(Arc::clone(&broker).run_scheduler());
     if let Some(m) = metrics {
         tracing::info!(address = ?m.local_addr().ok(), "serving GET /metrics");
-        tokio::spawn(metrics::serve(m, Arc::clone(&broker)));
+        let b = Arc::clone(&broker);
+        let scrape: metrics::Scrape = Arc::new(move || {
+            let b = Arc::clone(&b);
+            Box::pin(async move { b.scrape().await })
+        });
+        tokio::spawn(metrics::serve(m, scrape));
     }
     tracing::info!(socket = %broker.config().socket.display(), "gpuq-broker ready");
     let _ = sd_notify::notify(false, &[sd_notify::NotifyState::Ready]);

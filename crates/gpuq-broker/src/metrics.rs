@@ -16,7 +16,6 @@
 //! time, each connection under a deadline: a client that connects and
 //! sends nothing, or reads nothing, is dropped, and never delays the queue.
 
-use crate::broker::Broker;
 use bytes::Bytes;
 use gpuq_protocol::metrics::{NodeMetrics, STEP_BUCKETS};
 use http_body_util::Full;
@@ -337,8 +336,14 @@ const CONNECTION_DEADLINE: Duration = Duration::from_secs(15);
 /// Connections served at once; more wait in the kernel's backlog.
 const MAX_CONNECTIONS: usize = 8;
 
+/// What a scrape answers: the broker's [`crate::broker::Broker::scrape`]
+/// (passed in, so that this module needs nothing of the broker's).
+pub type Scrape = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send>> + Send + Sync,
+>;
+
 /// Serve `GET /metrics` on `listener` until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, broker: Arc<Broker>) {
+pub async fn serve(listener: tokio::net::TcpListener, scrape: Scrape) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     // One scrape at a time: each asks four nodes.
     let one = Arc::new(tokio::sync::Mutex::new(()));
@@ -354,7 +359,7 @@ pub async fn serve(listener: tokio::net::TcpListener, broker: Arc<Broker>) {
                 continue;
             }
         };
-        let (b, one) = (Arc::clone(&broker), Arc::clone(&one));
+        let (b, one) = (Arc::clone(&scrape), Arc::clone(&one));
         tokio::spawn(async move {
             let _permit = permit;
             let svc = hyper::service::service_fn(move |req| {
@@ -376,7 +381,7 @@ pub async fn serve(listener: tokio::net::TcpListener, broker: Arc<Broker>) {
 }
 
 async fn answer(
-    broker: &Arc<Broker>,
+    scrape: &Scrape,
     one: &tokio::sync::Mutex<()>,
     req: Request<hyper::body::Incoming>,
 ) -> Response<Full<Bytes>> {
@@ -402,7 +407,7 @@ async fn answer(
         );
     }
     let _one = one.lock().await;
-    reply(StatusCode::OK, CONTENT_TYPE, broker.scrape().await)
+    reply(StatusCode::OK, CONTENT_TYPE, scrape().await)
 }
 
 #[cfg(test)]
