@@ -12,6 +12,7 @@
 //! their gpuq-node sockets — in production the SSH-forwarded local sockets
 //! of the node links.
 
+pub mod config;
 pub mod host;
 
 use gpuq_client::{Client, ClientError};
