@@ -1052,7 +1052,7 @@ impl Broker {
         ));
         let owner = format!("job {id} ({}, uid {})", job.user, job.uid);
         let t0 = std::time::Instant::now();
-        let prepare = daos.prepare(&lease, &owner, &profile, &local);
+        let prepare = daos.prepare(&lease, &owner, job.uid, &profile, &local.host, &local);
         tokio::pin!(prepare);
         let prepared = tokio::select! {
             r = &mut prepare => Ok(r),
@@ -1242,10 +1242,20 @@ impl Broker {
                 path: j.log_path,
                 uid: j.uid,
             });
-        let r = daos
-            .recover(&*self.runner, log, &self.metrics)
-            .await
-            .map_err(ApiError::Conflict);
+        let Some(l) = daos.active() else {
+            return Err(ApiError::Conflict(
+                gpuq_lifecycle::LifecycleError::NothingToRecover.to_string(),
+            ));
+        };
+        let host = daos.host(&l.profile).map_err(ApiError::Conflict)?;
+        let local = Local {
+            runner: &*self.runner,
+            job: daosjob::job_of_lease(&l.lease),
+            host,
+            log,
+            metrics: &self.metrics,
+        };
+        let r = daos.recover(&local).await.map_err(ApiError::Conflict);
         self.wake.notify_one();
         r
     }

@@ -13,6 +13,7 @@
 //! of the node links.
 
 pub mod config;
+pub mod daos;
 pub mod host;
 
 use gpuq_client::{Client, ClientError};

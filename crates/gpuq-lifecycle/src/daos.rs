@@ -1,0 +1,656 @@
+//! One site's DAOS leases: the lease store, the links to the nodes, the
+//! `[daos]` configuration, and what a lease does from start to end —
+//! [`Daos::prepare`] (links, lease, preflight, servers, admin, format,
+//! joins, agent), [`Daos::cleanup_for`] and [`Daos::recover`] (every
+//! cleanup step, all nodes, held on any failure), and what an operator
+//! asks of it (status, pins, installed files, node metrics). Whatever
+//! drives a lease (the broker today) passes in its own part through
+//! [`LocalSteps`]: ending the job's processes, its log lines, its step
+//! times and its checkpoints.
+
+use crate::config::{DaosConfig, DaosProfile};
+use crate::host::{Host, HostProfile};
+use crate::{Lifecycle, LifecycleError, LocalSteps, Node};
+use gpuq_lease::{Lease, LeaseError, LeaseStore, Phase};
+use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
+use gpuq_podman::ImageId;
+use gpuq_protocol::node::ServerTls;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+
+/// Why a site's DAOS side cannot start.
+#[derive(Debug, Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error(transparent)]
+    Links(#[from] gpuq_nodelink::Error),
+}
+
+#[derive(Debug)]
+pub struct Daos {
+    cfg: DaosConfig,
+    store: LeaseStore,
+    links: NodeLinks,
+}
+
+impl Daos {
+    /// Open the lease store (a lease that was preparing is put on hold
+    /// here; one that was running or cleaning is found as it was) and start
+    /// the node links.
+    pub fn start(cfg: DaosConfig, state_dir: &Path, now: i64) -> Result<Arc<Self>, StartError> {
+        let (store, found) = LeaseStore::open(state_dir, now)?;
+        match &found {
+            Some(l) if matches!(l.phase, Phase::Held { .. }) => {
+                tracing::warn!(lease = %l.lease, "an unreleased DAOS lease is held; run `gpuq recover`")
+            }
+            Some(l) => tracing::info!(
+                lease = %l.lease,
+                phase = ?l.phase,
+                "an unreleased DAOS lease: re-adopting it (its job, then its cleanup)"
+            ),
+            None => {}
+        }
+        let links = NodeLinks::new(
+            cfg.nodes
+                .iter()
+                .map(|n| LinkConfig {
+                    name: n.name.clone(),
+                    host: n.host.clone(),
+                    user: cfg.ssh_user.clone(),
+                    port: n.port,
+                    identity_file: cfg.identity_file.clone(),
+                    known_hosts_file: cfg.known_hosts_file.clone(),
+                    ssh_config_file: cfg.ssh_config_file.clone(),
+                    node_socket: n
+                        .node_socket
+                        .clone()
+                        .unwrap_or_else(|| cfg.node_socket.clone()),
+                    podman_socket: n
+                        .podman_socket
+                        .clone()
+                        .unwrap_or_else(|| cfg.node_podman_socket.clone()),
+                    forward_dir: cfg.forward_dir.clone(),
+                })
+                .collect(),
+            Timings::default(),
+        )?;
+        links.start_all();
+        Ok(Arc::new(Daos { cfg, store, links }))
+    }
+
+    pub fn config(&self) -> &DaosConfig {
+        &self.cfg
+    }
+
+    pub fn profile(&self, name: &str) -> Option<&DaosProfile> {
+        self.cfg.profiles.get(name)
+    }
+
+    pub fn host(&self, profile: &str) -> Result<Host, String> {
+        let p = self
+            .profile(profile)
+            .ok_or_else(|| format!("profile '{profile}' is not configured"))?;
+        Ok(Host::new(
+            self.cfg.podman_socket.clone(),
+            self.cfg.run_dir.clone(),
+            HostProfile {
+                image: ImageId::parse(&p.image).map_err(|e| e.to_string())?,
+                system: p.system.clone(),
+                port: p.port,
+                nodes: self
+                    .cfg
+                    .nodes
+                    .iter()
+                    .map(|n| (n.name.clone(), n.address.clone()))
+                    .collect(),
+                access_points: p.replicas.clone(),
+                join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
+                env: p.env.clone(),
+                deadlines: self.cfg.deadlines,
+            },
+        ))
+    }
+
+    fn lifecycle(&self, profile: &str) -> Lifecycle {
+        let replicas = self
+            .profile(profile)
+            .map(|p| p.replicas.clone())
+            .unwrap_or_default();
+        Lifecycle {
+            store: self.store.clone(),
+            nodes: self
+                .links
+                .links()
+                .iter()
+                .map(|l| Node::new(l.name(), l.sockets().node_sock))
+                .collect(),
+            profile: profile.to_string(),
+            replicas,
+            deadlines: self.cfg.deadlines,
+            tls: None,
+        }
+    }
+
+    fn link_timeout(&self) -> Duration {
+        Duration::from_secs(self.cfg.link_timeout_secs)
+    }
+
+    /// The active lease, if any (preparing, running, cleaning or held).
+    pub fn active(&self) -> Option<Lease> {
+        self.store.current().ok().flatten()
+    }
+
+    /// Hold the active lease (`lease`) with `reason`: a restarted broker
+    /// that cannot re-adopt it. Nothing else is done to it.
+    pub fn hold(&self, lease: &str, reason: &str) -> Result<(), String> {
+        let mut l = self
+            .store
+            .load(lease)
+            .map_err(|e| format!("lease {lease}: {e}"))?;
+        if matches!(l.phase, Phase::Held { .. } | Phase::Released) {
+            return Ok(());
+        }
+        self.store
+            .hold(&mut l, None, None, reason, gpuq_protocol::time::now())
+            .map_err(|e| format!("lease {lease}: {e}"))
+    }
+
+    /// Why the gate stays closed for a lease that is not released, if one
+    /// is: its phase, or — when `active.json` exists but it or its lease
+    /// record cannot be read — that (fail closed).
+    pub fn unreleased(&self) -> Option<String> {
+        Some(match self.store.current() {
+            Ok(None) => return None,
+            Err(e) => format!("{e}; an operator must look"),
+            Ok(Some(l)) => match &l.phase {
+                Phase::Held { reason, .. } => format!(
+                    "DAOS lease {} is held ({reason}); run `sudo gpuq recover`",
+                    l.lease
+                ),
+                // Released, the pointer about to go.
+                Phase::Released => return None,
+                _ => format!(
+                    "DAOS lease {} is not released; `sudo gpuq recover` cleans it up",
+                    l.lease
+                ),
+            },
+        })
+    }
+
+    /// Steps 2–4 of mission.md §4 for one job: lease (durable first),
+    /// preflight and server start on all nodes, format, four joins, agent.
+    /// Returns the lease and the job's DAOS variables. On an error the lease
+    /// may exist: the caller always runs [`Daos::cleanup_for`].
+    /// `owner` names the job for the records, `owner_uid` gets the lease's
+    /// admin certificate; `host` is this host's part (its stop signal
+    /// included), `local` the caller's steps, lines and times.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn prepare(
+        &self,
+        lease: &str,
+        owner: &str,
+        owner_uid: u32,
+        profile: &str,
+        host: &Host,
+        local: &dyn LocalSteps,
+    ) -> Result<(Lease, Vec<(String, String)>), String> {
+        let t = std::time::Instant::now();
+        let up = unless_stopped(host, self.links.ensure_all_up(self.link_timeout())).await?;
+        local.timed("prepare", "links", t.elapsed().as_secs_f64(), up.all_ok());
+        if !up.all_ok() {
+            let why: Vec<String> = up
+                .nodes
+                .iter()
+                .filter_map(|n| n.result.as_ref().err().map(|e| format!("{}: {e}", n.node)))
+                .collect();
+            return Err(format!(
+                "node links are not up, nothing was started: {}",
+                why.join("; ")
+            ));
+        }
+        local.note(&format!(
+            "links to {} nodes up ({:.2}s)",
+            self.links.links().len(),
+            t.elapsed().as_secs_f64()
+        ));
+        let mut lc = self.lifecycle(profile);
+        host.check_stop()?;
+        let mut l = lc
+            .preflight(lease, owner, local)
+            .await
+            .map_err(|e| e.to_string())?;
+        let step = |what: &str, t: std::time::Instant, detail: &str| {
+            local.note(&format!(
+                "{what}: {detail} ({:.2}s)",
+                t.elapsed().as_secs_f64()
+            ));
+        };
+        // The lease's own certificates (issue #13, item 5): its CA's key
+        // lives only in this function. The nodes get the server's, cxl2's
+        // admin and agent containers theirs, the job's owner the admin's.
+        let certs = gpuq_leasecert::LeaseCerts::generate(lease).map_err(|e| e.to_string())?;
+        lc.tls = Some(ServerTls {
+            ca_cert: certs.ca_cert.clone(),
+            cert: certs.server.cert.clone(),
+            key: certs.server.key.clone(),
+            agent_cert: certs.agent.cert.clone(),
+        });
+        // The admin container (this host) comes up while the nodes start
+        // their servers.
+        let t = std::time::Instant::now();
+        // A stop leaves the nodes' start calls to finish on their own: each
+        // node does one step at a time, so the cleanup's stop waits for them.
+        let (started, admin) = tokio::join!(
+            unless_stopped(host, lc.start_servers(&mut l, local)),
+            host.prepare_admin(lease, &certs, owner_uid)
+        );
+        let awaiting_format = match started.and_then(|r| r.map_err(|e| e.to_string())) {
+            Ok(a) => a,
+            Err(e) => {
+                // The failed start cleaned the lease up; its admin container
+                // may have come up after that cleanup looked.
+                if let Err(d) = host.discard_admin(lease).await {
+                    tracing::warn!(lease, "removing the admin container: {d}");
+                }
+                return Err(e);
+            }
+        };
+        local.timed("prepare", "admin", t.elapsed().as_secs_f64(), admin.is_ok());
+        let a = admin.map_err(|e| format!("admin container: {e}"))?;
+        step("admin", t, &format!("{a} up"));
+        // The agent starts while the system is formatted and its ranks join:
+        // daos_agent contacts the servers only for a client's first
+        // GetAttachInfo (DAOS src/control/cmd/daos_agent/start.go), and the
+        // job starts only once both are confirmed.
+        let n = self.cfg.nodes.len();
+        let system = async {
+            let t = std::time::Instant::now();
+            let f = host.format(lease, awaiting_format).await;
+            local.timed("prepare", "format", t.elapsed().as_secs_f64(), f.is_ok());
+            let f = f.map_err(|e| format!("format: {e}"))?;
+            step("format", t, &f);
+            local.checkpoint("formatted");
+            let t = std::time::Instant::now();
+            let j = host.wait_joined(lease, n).await;
+            local.timed("prepare", "join", t.elapsed().as_secs_f64(), j.is_ok());
+            let j = j.map_err(|e| format!("join: {e}"))?;
+            step("join", t, &j);
+            local.checkpoint("joined");
+            Ok::<(), String>(())
+        };
+        let t = std::time::Instant::now();
+        let agent = async {
+            let a = host
+                .start_agent(lease)
+                .await
+                .map_err(|e| format!("agent: {e}"));
+            (a, t.elapsed())
+        };
+        // Both run to their end: a failure of one leaves the other's
+        // container in a known state for the cleanup that follows.
+        let (system, (agent, took)) = tokio::join!(system, agent);
+        local.timed("prepare", "agent", took.as_secs_f64(), agent.is_ok());
+        system?;
+        let a = agent?;
+        local.note(&format!(
+            "agent: {a} (started alongside the format, up after {:.2}s)",
+            took.as_secs_f64()
+        ));
+        local.checkpoint("agent_started");
+        lc.mark_running(&mut l).map_err(|e| e.to_string())?;
+        Ok((l, host.job_env(lease)))
+    }
+
+    /// Clean up `lease` if it is still active and not held: every step,
+    /// all nodes; a failure holds it. `Ok(None)`: nothing to clean.
+    pub async fn cleanup_for(
+        &self,
+        lease: &str,
+        local: &dyn LocalSteps,
+    ) -> Result<Option<String>, String> {
+        let Some(mut l) = self.active().filter(|l| l.lease == lease) else {
+            return Ok(None);
+        };
+        if matches!(l.phase, Phase::Held { .. } | Phase::Released) {
+            return Ok(None);
+        }
+        let _ = self.links.ensure_all_up(self.link_timeout()).await;
+        let lc = self.lifecycle(&l.profile);
+        match lc.cleanup(&mut l, local).await {
+            Ok(()) => Ok(Some(format!(
+                "lease {lease} cleaned on all nodes and released"
+            ))),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// `gpuq recover`: the held (or abandoned) lease, from its first
+    /// unconfirmed step; `local` is the caller's part of that lease (see
+    /// [`Daos::host`] for this host's).
+    pub async fn recover(&self, local: &dyn LocalSteps) -> Result<String, String> {
+        let Some(l) = self.active() else {
+            return Err(LifecycleError::NothingToRecover.to_string());
+        };
+        let _ = self.links.ensure_all_up(self.link_timeout()).await;
+        let lc = self.lifecycle(&l.profile);
+        let lease = l.lease.clone();
+        lc.recover(Some(l), local)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(format!(
+            "lease {lease}: every cleanup step confirmed on all nodes; released"
+        ))
+    }
+
+    /// `gpuq daos-status`: links, every node's helper status, the lease.
+    pub async fn status(&self) -> serde_json::Value {
+        let states = self.links.states();
+        let mut nodes = Vec::new();
+        for l in self.links.links() {
+            let state = states
+                .iter()
+                .find(|(n, _)| n == l.name())
+                .map(|(_, s)| s.clone());
+            let link = state.as_ref().map(|s| s.label()).unwrap_or("unknown");
+            let (helper, error) = if state.as_ref().is_some_and(|s| s.is_up()) {
+                let c = gpuq_client::Client::new(l.sockets().node_sock);
+                // An operator waits for this: at most 5 s per node.
+                match c
+                    .call_within::<serde_json::Value>(
+                        self.cfg.deadlines.request.min(Duration::from_secs(5)),
+                        hyper::Method::GET,
+                        "/v1/status",
+                        None::<&()>,
+                    )
+                    .await
+                {
+                    Ok(v) => (v, None),
+                    Err(e) => (serde_json::Value::Null, Some(e.to_string())),
+                }
+            } else {
+                let why = match &state {
+                    Some(gpuq_nodelink::LinkState::Down { last_error, .. }) => last_error.clone(),
+                    _ => "link not up".into(),
+                };
+                (serde_json::Value::Null, Some(why))
+            };
+            nodes.push(serde_json::json!({
+                "node": l.name(),
+                "link": link,
+                "status": helper,
+                "error": error,
+            }));
+        }
+        let lease = self
+            .active()
+            .map(|l| serde_json::to_value(l).unwrap_or_default());
+        serde_json::json!({
+            "nodes": nodes,
+            "lease": lease,
+            "profiles": self.cfg.profiles.iter().map(|(n, p)| serde_json::json!({"name": n, "image": p.image})).collect::<Vec<_>>(),
+        })
+    }
+
+    /// `gpuq verify-pins`: on the GPU host and every node, through the
+    /// Podman API (the nodes' through their forwarded sockets): each
+    /// profile's pinned image is present by its ID, and no container of
+    /// ours runs any other image. `ok` only if everything checks out.
+    pub async fn verify_pins(&self) -> serde_json::Value {
+        let pins: Vec<(String, Result<ImageId, String>)> = self
+            .cfg
+            .profiles
+            .iter()
+            .map(|(n, p)| {
+                (
+                    n.clone(),
+                    ImageId::parse(&p.image).map_err(|e| e.to_string()),
+                )
+            })
+            .collect();
+        // The client image runs on this host only (`gpuq daos-exec`).
+        let mut host_pins = pins.clone();
+        for (n, p) in &self.cfg.profiles {
+            if p.client_image != p.image {
+                host_pins.push((
+                    format!("{n} (client)"),
+                    ImageId::parse(&p.client_image).map_err(|e| e.to_string()),
+                ));
+            }
+        }
+        let mut hosts = vec![(
+            "cxl2 (this host)".to_string(),
+            Ok(self.cfg.podman_socket.clone()),
+        )];
+        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        for n in up.nodes {
+            hosts.push((
+                n.node,
+                n.result.map(|s| s.podman_sock).map_err(|e| e.to_string()),
+            ));
+        }
+        // Every host at once; results in host order.
+        let tasks: Vec<_> = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, (host, sock))| {
+                let pins = if i == 0 {
+                    host_pins.clone()
+                } else {
+                    pins.clone()
+                };
+                tokio::spawn(check_host(host, sock, pins, self.cfg.deadlines.request))
+            })
+            .collect();
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap_or_else(
+                |e| serde_json::json!({"host": "?", "ok": false, "error": format!("check failed: {e}")}),
+            ));
+        }
+        let ok = results.iter().all(|r| r["ok"] == true);
+        serde_json::json!({ "ok": ok, "hosts": results })
+    }
+
+    /// `gpuq verify-install`, the nodes' part: every node's helper asked
+    /// for `GET /v1/install` at once, each within the link deadline and then
+    /// `request_timeout_secs`; a node that does not answer in time (link
+    /// down, helper gone or frozen) is reported unreachable, never waited
+    /// for longer. Results in configuration order.
+    pub async fn install_nodes(&self) -> Vec<gpuq_manifest::report::HostInstall> {
+        use gpuq_manifest::report::HostInstall;
+        let unreachable = |host: String, why: String| HostInstall {
+            host,
+            unreachable: Some(why),
+            ..HostInstall::default()
+        };
+        let deadline = self.cfg.deadlines.request;
+        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        let tasks: Vec<_> = up
+            .nodes
+            .into_iter()
+            .map(|n| {
+                tokio::spawn(async move {
+                    let sockets = match n.result {
+                        Ok(s) => s,
+                        Err(e) => return unreachable(n.node, e.to_string()),
+                    };
+                    let c = gpuq_client::Client::new(sockets.node_sock);
+                    match c
+                        .call_within::<HostInstall>(
+                            deadline,
+                            hyper::Method::GET,
+                            "/v1/install",
+                            None::<&()>,
+                        )
+                        .await
+                    {
+                        // The link checked the helper's name when it came up;
+                        // a different name now means the socket was swapped.
+                        Ok(h) if h.host != n.node => {
+                            let why = format!("the node helper answered as {:?}", h.host);
+                            unreachable(n.node, why)
+                        }
+                        Ok(h) => h,
+                        Err(e) => {
+                            let why = format!(
+                                "{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"
+                            );
+                            unreachable(n.node, why)
+                        }
+                    }
+                })
+            })
+            .collect();
+        let names: Vec<String> = self
+            .links
+            .links()
+            .iter()
+            .map(|l| l.name().to_string())
+            .collect();
+        let mut out = Vec::new();
+        for (t, name) in tasks.into_iter().zip(names) {
+            out.push(
+                t.await
+                    .unwrap_or_else(|e| unreachable(name, format!("check failed: {e}"))),
+            );
+        }
+        out
+    }
+
+    /// Every node helper's `GET /v1/metrics`, at once, for a scrape of the
+    /// broker's metrics endpoint: only over links that are up now (a scrape
+    /// never re-makes a link), each within 2 s. Results in configuration
+    /// order; `Err` says why a node has none.
+    pub async fn node_metrics(
+        &self,
+    ) -> Vec<(String, Result<gpuq_protocol::metrics::NodeMetrics, String>)> {
+        use gpuq_protocol::metrics::NodeMetrics;
+        const SCRAPE: Duration = Duration::from_secs(2);
+        let states = self.links.states();
+        let tasks: Vec<_> = self
+            .links
+            .links()
+            .iter()
+            .map(|l| {
+                let name = l.name().to_string();
+                let up = states.iter().any(|(n, s)| n == &name && s.is_up());
+                let sock = l.sockets().node_sock;
+                tokio::spawn(async move {
+                    if !up {
+                        return (name, Err("link not up".to_string()));
+                    }
+                    let r = gpuq_client::Client::new(sock)
+                        .call_within::<NodeMetrics>(
+                            SCRAPE,
+                            hyper::Method::GET,
+                            "/v1/metrics",
+                            None::<&()>,
+                        )
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|m| {
+                            // The link checked the helper's name when it came
+                            // up; another name now means the socket was swapped.
+                            if m.node == name {
+                                Ok(m)
+                            } else {
+                                Err(format!("the node helper answered as {:?}", m.node))
+                            }
+                        });
+                    (name, r)
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for t in tasks {
+            if let Ok(r) = t.await {
+                out.push(r);
+            }
+        }
+        out
+    }
+
+    pub async fn close(&self) {
+        self.links.close_all().await;
+    }
+}
+
+/// `f`, unless the host's preparation is told to stop first (then `f` is
+/// dropped: only for futures that create nothing on this host).
+async fn unless_stopped<T>(
+    host: &Host,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, String> {
+    host.check_stop()?;
+    let Some(mut stop) = host.stop.clone() else {
+        return Ok(f.await);
+    };
+    tokio::select! {
+        r = f => Ok(r),
+        _ = stop.wait_for(|s| *s) => Err(host.check_stop().err().unwrap_or_default()),
+    }
+}
+
+async fn check_host(
+    host: String,
+    sock: Result<PathBuf, String>,
+    pins: Vec<(String, Result<ImageId, String>)>,
+    request: Duration,
+) -> serde_json::Value {
+    use gpuq_podman::{LabelFilter, LibpodClient, Podman};
+    let fail = |e: String| serde_json::json!({"host": host, "ok": false, "error": e});
+    let sock = match sock {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
+    let pm = match LibpodClient::connect_with_timeout(&sock, Some(request)).await {
+        Ok(p) => p,
+        Err(e) => return fail(format!("Podman at {}: {e}", sock.display())),
+    };
+    let mut ok = true;
+    let mut images = Vec::new();
+    for (profile, id) in &pins {
+        let (present, detail) = match id {
+            Err(e) => (false, e.clone()),
+            Ok(id) => match pm.image_inspect(id).await {
+                Ok(_) => (true, "present".to_string()),
+                Err(e) => (false, e.to_string()),
+            },
+        };
+        ok &= present;
+        images.push(serde_json::json!({
+            "profile": profile,
+            "image": id.as_ref().map(|i| i.to_string()).unwrap_or_default(),
+            "present": present,
+            "detail": detail,
+        }));
+    }
+    let mut strays = Vec::new();
+    match pm.container_list(&LabelFilter::ours()).await {
+        Ok(list) => {
+            for c in list {
+                let pinned = pins
+                    .iter()
+                    .any(|(_, id)| id.as_ref().is_ok_and(|id| id.matches(&c.image_id)));
+                if !pinned {
+                    ok = false;
+                    strays.push(serde_json::json!({
+                        "container": c.names.first().cloned().unwrap_or(c.id.clone()),
+                        "image": c.image_id,
+                        "lease": c.lease(),
+                    }));
+                }
+            }
+        }
+        Err(e) => return fail(format!("list containers: {e}")),
+    }
+    serde_json::json!({
+        "host": host,
+        "ok": ok,
+        "pins": images,
+        "unpinned_containers": strays,
+    })
+}
