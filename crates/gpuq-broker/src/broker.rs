@@ -986,11 +986,10 @@ impl Broker {
     }
 
     /// The lease's steps for `job` on this host (runner, containers, log).
-    fn local_for<'a>(&'a self, job: &Job, host: gpuq_lifecycle::host::Host) -> Local<'a> {
+    fn local_for<'a>(&'a self, job: &Job) -> Local<'a> {
         Local {
             runner: &*self.runner,
             job: Some(job.id),
-            host,
             log: Some(JobLog {
                 path: job.log_path.clone(),
                 uid: job.uid,
@@ -1042,7 +1041,7 @@ impl Broker {
         let (stop_prep, stop_rx) = tokio::sync::watch::channel(false);
         let mut host = host;
         host.stop = Some(stop_rx);
-        let local = self.local_for(&job, host);
+        let local = self.local_for(&job);
         note(&format!(
             "job {id} started as {} (uid {}) in {}: DAOS profile {profile}, lease {lease}; the limit {} covers preparation and the job",
             job.user,
@@ -1052,7 +1051,7 @@ impl Broker {
         ));
         let owner = format!("job {id} ({}, uid {})", job.user, job.uid);
         let t0 = std::time::Instant::now();
-        let prepare = daos.prepare(&lease, &owner, job.uid, &profile, &local.host, &local);
+        let prepare = daos.prepare(&lease, &owner, job.uid, &profile, &host, &local);
         tokio::pin!(prepare);
         let prepared = tokio::select! {
             r = &mut prepare => Ok(r),
@@ -1121,10 +1120,10 @@ impl Broker {
         mut cancel: oneshot::Receiver<CancelReq>,
         lease: String,
     ) {
-        let Some((daos, host)) = self.daos_host(&lease) else {
+        let Some(daos) = self.daos_for(&lease) else {
             return self.record_end(&job, &lost(format!("lease {lease}: cannot re-adopt it; it is held until an operator runs `sudo gpuq recover`")));
         };
-        let local = self.local_for(&job, host);
+        let local = self.local_for(&job);
         local.note(&format!(
             "job {} re-adopted by a restarted broker: its DAOS lease {lease} is still up",
             job.id
@@ -1135,14 +1134,14 @@ impl Broker {
         self.end_daos_job(&job, why, &daos, &lease, &local).await;
     }
 
-    /// The DAOS side and this host's steps of `lease` (from its record's
-    /// profile), or — when that profile is gone from `[daos]` — the lease
-    /// held (nothing is cleaned with a configuration that no longer says how).
-    fn daos_host(&self, lease: &str) -> Option<(Arc<Daos>, gpuq_lifecycle::host::Host)> {
+    /// The DAOS side, if `lease`'s profile (from its record) is still in
+    /// `[daos]`; otherwise the lease is held (nothing is cleaned with a
+    /// configuration that no longer says how).
+    fn daos_for(&self, lease: &str) -> Option<Arc<Daos>> {
         let daos = Arc::clone(self.daos.as_ref()?);
         let profile = daos.active().map(|l| l.profile).unwrap_or_default();
         match daos.host(&profile) {
-            Ok(h) => Some((daos, h)),
+            Ok(_) => Some(daos),
             Err(e) => {
                 let reason = format!("a restarted broker cannot re-adopt the lease: {e}");
                 if let Err(h) = daos.hold(lease, &reason) {
@@ -1201,11 +1200,11 @@ impl Broker {
     /// running or cleaning): its cleanup, from the first unconfirmed step.
     /// Its job stays in `running` meanwhile, so `gpuq recover` waits for it.
     async fn resume_cleanup(self: Arc<Self>, job: Job, lease: String) {
-        let Some((daos, host)) = self.daos_host(&lease) else {
+        let Some(daos) = self.daos_for(&lease) else {
             return;
         };
         self.running_guard().insert(job.id, None);
-        let local = self.local_for(&job, host);
+        let local = self.local_for(&job);
         local.note(&format!(
             "a restarted broker resumes the cleanup of lease {lease} from its first unconfirmed step"
         ));
@@ -1247,11 +1246,9 @@ impl Broker {
                 gpuq_lifecycle::LifecycleError::NothingToRecover.to_string(),
             ));
         };
-        let host = daos.host(&l.profile).map_err(ApiError::Conflict)?;
         let local = Local {
             runner: &*self.runner,
             job: daosjob::job_of_lease(&l.lease),
-            host,
             log,
             metrics: &self.metrics,
         };

@@ -11,8 +11,7 @@
 use crate::joblog;
 use crate::metrics::Metrics;
 use crate::runner::Runner;
-use gpuq_lease::{CleanupStep, Lease};
-use gpuq_lifecycle::host::Host;
+use gpuq_lease::Lease;
 use gpuq_lifecycle::{LocalError, LocalSteps};
 use gpuq_protocol::JobId;
 use std::path::PathBuf;
@@ -45,51 +44,24 @@ pub struct JobLog {
 pub struct Local<'a> {
     pub runner: &'a dyn Runner,
     pub job: Option<JobId>,
-    pub host: Host,
     pub log: Option<JobLog>,
     pub metrics: &'a Metrics,
 }
 
 #[async_trait::async_trait]
 impl LocalSteps for Local<'_> {
-    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, LocalError> {
-        match step {
-            CleanupStep::KillJob => match self.job {
-                None => Ok("no job recorded for this lease".into()),
-                Some(id) => {
-                    self.runner
-                        .kill(id)
-                        .await
-                        .map_err(|e| format!("end job {id}: {e}"))?;
-                    if self.runner.alive(id).await.map_err(|e| e.to_string())? {
-                        return Err(format!("job {id} still has processes after the kill").into());
-                    }
-                    Ok(format!("job {id}: no process left"))
-                }
-            },
-            CleanupStep::RemoveClients => Ok(self.host.remove_clients(&lease.lease).await?),
-            CleanupStep::StopAgent => Ok(self.host.stop_agent(&lease.lease).await?),
-            CleanupStep::SystemStop => self.host.system_stop(&lease.lease).await,
-            CleanupStep::StopServers | CleanupStep::Wipe => {
-                Err(format!("{step:?} is a node step, not the broker's").into())
-            }
+    async fn kill_job(&self, _lease: &Lease) -> Result<String, LocalError> {
+        let Some(id) = self.job else {
+            return Ok("no job recorded for this lease".into());
+        };
+        self.runner
+            .kill(id)
+            .await
+            .map_err(|e| format!("end job {id}: {e}"))?;
+        if self.runner.alive(id).await.map_err(|e| e.to_string())? {
+            return Err(format!("job {id} still has processes after the kill").into());
         }
-    }
-
-    async fn alongside(
-        &self,
-        lease: &Lease,
-        step: CleanupStep,
-    ) -> Result<Option<String>, LocalError> {
-        match step {
-            // The agent's process is gone (StopAgent confirmed it); its
-            // container goes while `dmg system stop` runs.
-            CleanupStep::SystemStop => Ok(Some(self.host.remove_agent(&lease.lease).await?)),
-            // After the servers are stopped (the wipe is light on the nodes;
-            // done while they stop, the removal competed with theirs).
-            CleanupStep::Wipe => Ok(Some(self.host.remove_admin(&lease.lease).await?)),
-            _ => Ok(None),
-        }
+        Ok(format!("job {id}: no process left"))
     }
 
     fn timed(&self, phase: &str, step: &str, secs: f64, ok: bool) {

@@ -114,12 +114,16 @@ impl Daos {
         ))
     }
 
-    fn lifecycle(&self, profile: &str) -> Lifecycle {
+    /// The lifecycle of a lease of `profile`: its nodes, replicas,
+    /// deadlines and this host's part. A profile no longer configured is
+    /// an error: nothing is done with a configuration that does not say how.
+    fn lifecycle(&self, profile: &str) -> Result<Lifecycle, String> {
+        let host = self.host(profile)?;
         let replicas = self
             .profile(profile)
             .map(|p| p.replicas.clone())
             .unwrap_or_default();
-        Lifecycle {
+        Ok(Lifecycle {
             store: self.store.clone(),
             nodes: self
                 .links
@@ -131,7 +135,8 @@ impl Daos {
             replicas,
             deadlines: self.cfg.deadlines,
             tls: None,
-        }
+            host: Some(host),
+        })
     }
 
     fn link_timeout(&self) -> Duration {
@@ -216,7 +221,7 @@ impl Daos {
             self.links.links().len(),
             t.elapsed().as_secs_f64()
         ));
-        let mut lc = self.lifecycle(profile);
+        let mut lc = self.lifecycle(profile)?;
         host.check_stop()?;
         let mut l = lc
             .preflight(lease, owner, local)
@@ -318,7 +323,14 @@ impl Daos {
             return Ok(None);
         }
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
-        let lc = self.lifecycle(&l.profile);
+        let lc = match self.lifecycle(&l.profile) {
+            Ok(lc) => lc,
+            Err(e) => {
+                let reason = format!("cannot clean up: {e}");
+                self.hold(lease, &reason)?;
+                return Err(format!("lease {lease} held: {reason}"));
+            }
+        };
         match lc.cleanup(&mut l, local).await {
             Ok(()) => Ok(Some(format!(
                 "lease {lease} cleaned on all nodes and released"
@@ -335,7 +347,7 @@ impl Daos {
             return Err(LifecycleError::NothingToRecover.to_string());
         };
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
-        let lc = self.lifecycle(&l.profile);
+        let lc = self.lifecycle(&l.profile)?;
         let lease = l.lease.clone();
         lc.recover(Some(l), local)
             .await

@@ -151,24 +151,15 @@ impl Node {
     }
 }
 
-/// The broker's own cleanup steps, run before the node steps.
+/// What the caller of a lease (the broker, a test, an example) does for
+/// it — the narrow interface: end the job's processes, take its progress
+/// lines, its step times and its checkpoints. Everything else of a lease,
+/// this host's containers included, is the lifecycle's.
 #[async_trait::async_trait]
 pub trait LocalSteps: Send + Sync {
-    /// Do `step` (one of `KillJob`, `RemoveClients`, `StopAgent`,
-    /// `SystemStop`) and say what was confirmed; an error holds the lease.
-    async fn run(&self, lease: &Lease, step: CleanupStep) -> Result<String, LocalError>;
-
-    /// The broker's own work done while a step runs (the nodes' part of
-    /// `StopServers` and `Wipe`, or [`LocalSteps::run`] of a broker step);
-    /// `Ok(None)`: nothing. A failure holds the lease at that step, like a
-    /// failure of the step itself.
-    async fn alongside(
-        &self,
-        _lease: &Lease,
-        _step: CleanupStep,
-    ) -> Result<Option<String>, LocalError> {
-        Ok(None)
-    }
+    /// The cleanup's `kill_job`: end every process of the lease's job and
+    /// confirm that none is left; an error holds the lease.
+    async fn kill_job(&self, lease: &Lease) -> Result<String, LocalError>;
 
     /// A progress line for whoever watches (the broker writes it into the
     /// job's log as a `gpuq:` line).
@@ -251,6 +242,11 @@ pub struct Lifecycle {
     /// passed to every node's start (its control port then requires mutual
     /// TLS); see gpuq-leasecert.
     pub tls: Option<ServerTls>,
+    /// This host's part of the lease (admin, agent and client containers,
+    /// the lease's files): the cleanup's `remove_clients`, `stop_agent`,
+    /// `system_stop` and its part of `wipe`. `None`: a lifecycle of the
+    /// nodes alone (its host steps confirm that there is nothing).
+    pub host: Option<host::Host>,
 }
 
 impl Lifecycle {
@@ -421,6 +417,52 @@ impl Lifecycle {
         Ok(awaiting)
     }
 
+    /// This host's cleanup steps: the caller's `kill_job`, then this
+    /// host's containers (none without [`Lifecycle::host`]).
+    async fn host_step(
+        &self,
+        local: &dyn LocalSteps,
+        l: &Lease,
+        step: CleanupStep,
+    ) -> Result<String, LocalError> {
+        let lease = l.lease.as_str();
+        let Some(host) = &self.host else {
+            return match step {
+                CleanupStep::KillJob => local.kill_job(l).await,
+                _ => Ok("no host part in this lifecycle".into()),
+            };
+        };
+        match step {
+            CleanupStep::KillJob => local.kill_job(l).await,
+            CleanupStep::RemoveClients => Ok(host.remove_clients(lease).await?),
+            CleanupStep::StopAgent => Ok(host.stop_agent(lease).await?),
+            CleanupStep::SystemStop => host.system_stop(lease).await,
+            CleanupStep::StopServers | CleanupStep::Wipe => {
+                Err(format!("{step:?} is a node step, not this host's").into())
+            }
+        }
+    }
+
+    /// What this host does while a step runs: the agent's container goes
+    /// while `dmg system stop` runs (its process is gone: `stop_agent`
+    /// confirmed it), the admin container and the lease's files while the
+    /// nodes wipe (after the servers are stopped: the removal competed
+    /// with theirs).
+    async fn host_alongside(
+        &self,
+        l: &Lease,
+        step: CleanupStep,
+    ) -> Result<Option<String>, LocalError> {
+        let Some(host) = &self.host else {
+            return Ok(None);
+        };
+        match step {
+            CleanupStep::SystemStop => Ok(Some(host.remove_agent(&l.lease).await?)),
+            CleanupStep::Wipe => Ok(Some(host.remove_admin(&l.lease).await?)),
+            _ => Ok(None),
+        }
+    }
+
     /// The system is ready (formatted, joined, agent up): the job may run.
     pub fn mark_running(&self, l: &mut Lease) -> Result<(), LifecycleError> {
         self.store.transition(l, Phase::Running, now())?;
@@ -452,8 +494,12 @@ impl Lifecycle {
                     let d = self.deadlines.stop;
                     let name = step_name(step);
                     let (done, here) = tokio::join!(
-                        within(d, &name, local.run(l, step)),
-                        within(d, format!("{name} (alongside)"), local.alongside(l, step))
+                        within(d, &name, self.host_step(local, l, step)),
+                        within(
+                            d,
+                            format!("{name} (alongside)"),
+                            self.host_alongside(l, step)
+                        ),
                     );
                     match (done, here) {
                         (Ok(d), Ok(None)) => Ok(d),
@@ -501,7 +547,7 @@ impl Lifecycle {
                         within(
                             d,
                             format!("{} on this host", step_name(step)),
-                            local.alongside(l, step)
+                            self.host_alongside(l, step)
                         )
                     );
                     for _ in 0..CONNECT_RETRIES {

@@ -13,10 +13,8 @@ struct NothingLocal;
 
 #[async_trait::async_trait]
 impl LocalSteps for NothingLocal {
-    async fn run(&self, _lease: &Lease, step: CleanupStep) -> Result<String, LocalError> {
-        Ok(format!(
-            "{step:?}: nothing of this lease runs on the broker host in this test"
-        ))
+    async fn kill_job(&self, _lease: &Lease) -> Result<String, LocalError> {
+        Ok("no job of this lease runs on the broker host in this test".into())
     }
 }
 
@@ -33,6 +31,7 @@ fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
         profile: "test".into(),
         replicas: vec![addr("da1").to_string()],
         deadlines: Default::default(),
+        host: None,
     }
 }
 
