@@ -91,6 +91,9 @@ ok cluster-up-with-four-physical-nodes
 
 # --- the broker on cxl2 (systemd runner) ---------------------------------------
 install -m 755 "$F/gpuq" /usr/local/bin/gpuq
+# The systemd runner runs the broker's executable as each job's user: it
+# must be root's, 0755, in root-only directories (the broker checks).
+install -m 755 "$F/gpuq-broker" /usr/local/sbin/gpuq-broker
 mkdir -p -m 755 /var/lib/gpuq-site /run/gpuq-site /var/log/gpuq-site/jobs
 addr() { case $1 in da1) echo 10.200.0.11;; da2) echo 10.200.0.12;; da3) echo 10.200.0.13;; da4) echo 10.200.0.14;; esac; }
 {
@@ -113,7 +116,8 @@ identity_file = "$D/cxl2/ssh/id_ed25519"
 known_hosts_file = "$D/ssh/known_hosts"
 ssh_config_file = "$D/ssh/ssh_config"
 join_timeout_secs = 120
-link_timeout_secs = 30
+link_timeout_secs = 120
+ssh_connect_timeout_secs = 20
 TOML
   for n in da1 da2 da3 da4; do
     printf '\n[[daos.nodes]]\nname = "%s"\nhost = "%s"\naddress = "%s"\nnode_socket = "%s"\npodman_socket = "%s"\n' \
@@ -122,13 +126,19 @@ TOML
   printf '\n[daos.profiles.inst1]\nimage = "%s"\nreplicas = ["%s"]\n' "$IMAGE" "$(addr da1)"
 } >/etc/gpuq-site/broker.toml
 chmod 644 /etc/gpuq-site/broker.toml
-setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug "$F/gpuq-broker" --config /etc/gpuq-site/broker.toml \
+setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug /usr/local/sbin/gpuq-broker --config /etc/gpuq-site/broker.toml \
   </dev/null >>/var/log/gpuq-site/broker.log 2>&1 &
 echo $! >/var/lib/gpuq-site/broker.pid
 i=0; until [ -S /run/gpuq-site/broker.sock ] && gq list >/dev/null 2>&1; do
   i=$((i+1)); [ $i -lt 120 ] || fail broker-start "no socket"; sleep 0.5
 done
-mark broker-start
+# The four node links (one ssh master each; under TCG a master takes
+# ~7 s of the nodelink's fixed 5+2 s limit when all four connect at once,
+# so they may need a retry or two).
+i=0; until [ "$(gq daos-status | grep -Ec '^da[1-4] +up ')" = 4 ]; do
+  i=$((i+1)); [ $i -lt 240 ] || fail broker-links "links not up after 120 s: $(gq daos-status 2>&1)"; sleep 0.5
+done
+mark broker-start-links-up
 ok broker-start
 
 getent group 61001 >/dev/null || groupadd -g 61001 alice
