@@ -215,9 +215,14 @@ echo "$ALLOW" | while read -r n s p i; do
   zero_range "$d" 0 $((8 << 20)) || fail wipe "$n $d: first 8 MiB not zero"
   out=$(blkid -p "$d" 2>&1) && fail wipe "$n $d: blkid finds: $out"
   j=$D/$n/jobs/$LEASE
-  [ -f "$j/wipe-$s.json" ] || fail audit "$n: no $j/wipe-$s.json: $(ls "$j")"
-  grep -q "\"$s\"" "$j/wipe-$s.json" || fail audit "$n: wipe-$s.json names no $s"
-  grep -q "\"$p\"" "$j/wipe-$s.json" || fail audit "$n: wipe-$s.json names no $p"
+  # One record per namespace: the serial, and -nsN past the first.
+  a=$j/wipe-$s.json; [ "$i" = 1 ] || a=$j/wipe-$s-ns$i.json
+  [ -f "$a" ] || fail audit "$n: no $a: $(ls "$j")"
+  grep -q "\"$s\"" "$a" || fail audit "$n: $a names no $s"
+  grep -q "\"$p\"" "$a" || fail audit "$n: $a names no $p"
+  grep -q "\"$d\"" "$a" || fail audit "$n: $a names no $d"
+  grep -q '"result": "wiped"' "$a" || fail audit "$n: $a: $(cat "$a")"
+  grep -q "\"bytes_discarded\": $GIB" "$a" || fail audit "$n: $a: not the whole namespace: $(cat "$a")"
   grep -q '"wipe"' "$j/audit.jsonl" || fail audit "$n: no wipe line in audit.jsonl"
   [ ! -e "$j/control_meta" ] || fail metadata "$n: $j/control_meta still there"
   [ ! -e "$D/$n/jobs/active-lease" ] || fail release "$n: node lease record left"
@@ -229,6 +234,9 @@ for h in cxl2 da1 da2 da3 da4; do
   [ "$c" = "[]" ] || fail release "containers left on $h: $c"
 done
 ok lease-released-no-containers-left
+
+# The lifecycle's own step times, as the job's log reports them.
+sed 's/^/SITE-LOG /' "$(field "$(gq status "$id" --json)" log_path)"
 
 # The next job runs.
 id2=$(as_alice gpuq submit -- sh -c 'echo next') || fail next "submit"
