@@ -244,6 +244,96 @@ wait_state "$id2" completed 120
 mark next-job
 ok next-job-runs
 
+# What a refusal must leave alone: every node's jobs dir, lease record
+# and containers, as listed now.
+node_state() {
+  for h in da1 da2 da3 da4; do echo "$h: $(ls "$D/$h/jobs")"; done
+  for h in cxl2 da1 da2 da3 da4; do
+    curl -sS --max-time 10 --unix-socket "$D/$h/run/podman.sock" 'http://d/v4.0.0/libpod/containers/json?all=true'; echo
+  done
+}
+sum_of() { sha256sum <"$1" | cut -c1-64; }
+state_dir=/var/lib/gpuq-site/state
+
+# --- scenario 2: a partition table on da2's namespace --------------------------
+# An MBR with one Linux partition (LBA 2048, 32 MiB), as fdisk writes it;
+# the kernel scans it (nvme1n1p1 appears).
+D2=$(dev_of SN-SITE-0002 1)
+printf '\x00\x00\x00\x00\x83\x00\x00\x00\x00\x08\x00\x00\x00\x00\x01\x00' | dd of="$D2" bs=1 seek=446 conv=notrunc status=none
+printf '\x55\xaa' | dd of="$D2" bs=1 seek=510 conv=notrunc,fsync status=none
+blockdev --rereadpt "$D2" || fail partition "blockdev --rereadpt $D2"
+[ -e "${D2}p1" ] || fail partition "the kernel shows no ${D2}p1"
+sum2=$(sum_of "$D2"); before=$(node_state)
+last=$(date +%s.%N)
+id3=$(as_alice gpuq submit --inst inst1 -- sh -c 'touch ran') || fail partition "submit"
+wait_state "$id3" failed 300
+mark preflight-refusal
+log3=$(cat "$(field "$(gq status "$id3" --json)" log_path)")
+echo "$log3" | grep -q 'preflight' || fail partition "no preflight refusal in: $log3"
+echo "$log3" | grep -q 'da2' || fail partition "da2 not named: $log3"
+echo "$log3" | grep -qi 'partition' || fail partition "no partition reason: $log3"
+for h in da1 da3 da4; do echo "$log3" | grep -q "$h: .*refus" && fail partition "$h refused too: $log3"; done
+[ ! -e /w/alice/ran ] || fail partition "the job ran"
+[ "$(node_state)" = "$before" ] || fail partition "a node changed: before: $before; after: $(node_state)"
+[ "$(sum_of "$D2")" = "$sum2" ] || fail partition "$D2 changed"
+[ -e "${D2}p1" ] || fail partition "${D2}p1 is gone"
+[ ! -e $state_dir/blocked.json ] || fail partition "held: $(cat $state_dir/blocked.json)"
+ok preflight-refuses-a-partitioned-namespace-on-da2-and-touches-nothing
+# Put it back as it was (zero): the next scenarios need a clean da2.
+dd if=/dev/zero of="$D2" bs=512 count=1 conv=notrunc,fsync status=none
+blockdev --rereadpt "$D2" || true
+[ ! -e "${D2}p1" ] || fail partition "${D2}p1 still there after the MBR was removed"
+
+# --- scenario 3: a filesystem from da3's namespace mounted during the job ------
+D3=$(dev_of SN-SITE-0003 1)
+rm -f /w/alice/written /w/alice/go
+id4=$(as_alice gpuq submit --inst inst1 -- sh job.sh) || fail mounted "submit"
+i=0; until [ -e /w/alice/written ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no data written: $(gq status "$id4" --json)"; sleep 0.5
+done
+L4=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
+[ -n "$L4" ] || fail mounted "no active lease"
+# Someone (root) makes and mounts a filesystem on da3's namespace while
+# the job runs. Read-only: the mount holds the device, and nothing writes.
+mkfs.ext4 -q -F "$D3" || fail mounted "mkfs.ext4 $D3"
+mkdir -p /mnt/da3 && mount -o ro "$D3" /mnt/da3 || fail mounted "mount $D3"
+sum3=$(sum_of "$D3")
+last=$(date +%s.%N)
+touch /w/alice/go
+wait_state "$id4" completed 120
+i=0; until [ -e $state_dir/blocked.json ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no hold after 300 s: $(gq daos-status 2>&1)"; sleep 0.5
+done
+mark cleanup-to-held
+grep -q da3 $state_dir/blocked.json || fail mounted "the hold names no da3: $(cat $state_dir/blocked.json)"
+[ "$(sum_of "$D3")" = "$sum3" ] || fail mounted "$D3 changed while mounted"
+findmnt -rn -S "$D3" >/dev/null || fail mounted "$D3 no longer mounted"
+# The hold holds every job, a GPU-only one too.
+id5=$(as_alice gpuq submit -- sh -c 'echo after-hold') || fail mounted "submit after hold"
+sleep 5
+[ "$(field "$(gq status "$id5" --json)" state)" = queued ] || fail mounted "job $id5 ran under the hold"
+ok a-mounted-namespace-holds-the-cleanup-at-the-wipe-untouched
+# Unmounted, its ext4 signature is still a foreign signature: recover
+# refuses again and touches nothing.
+umount /mnt/da3
+out=$(gq recover 2>&1) && fail mounted "recover passed with ext4 on $D3: $out"
+echo "$out" | grep -q da3 || fail mounted "recover's refusal names no da3: $out"
+[ "$(sum_of "$D3")" = "$sum3" ] || fail mounted "$D3 changed by the refused recover"
+[ -e $state_dir/blocked.json ] || fail mounted "released with ext4 on $D3"
+ok recover-refuses-while-a-foreign-filesystem-is-there
+# The operator decides the filesystem is not needed and removes its
+# signature; then recover completes the lease's cleanup and releases.
+wipefs -q -a "$D3" || fail mounted "wipefs $D3"
+last=$(date +%s.%N)
+out=$(gq recover 2>&1) || fail mounted "recover after wipefs: $out"
+mark recover
+[ ! -e $state_dir/blocked.json ] || fail mounted "still held after recover"
+grep -Eq '"(refused|failed)"' "$D/da3/jobs/$L4/audit.jsonl" || fail mounted "da3's audit has no refused wipe: $(cat "$D/da3/jobs/$L4/audit.jsonl")"
+zero_range "$D3" 0 $((8 << 20)) || fail mounted "$D3 not zero after recover"
+out=$(blkid -p "$D3" 2>&1) && fail mounted "$D3: blkid finds: $out"
+wait_state "$id5" completed 120
+ok after-umount-and-wipefs-recover-completes-and-the-held-job-runs
+
 # Everything of ours in the guest ends here (the guest itself is thrown away).
 kill "$(cat /var/lib/gpuq-site/broker.pid)" 2>/dev/null || true
 GPUQ_CLUSTER_DIR=$D timeout 300 "$F/integration/cluster/down" >/var/log/gpuq-site/cluster-down.log 2>&1 \
