@@ -13,11 +13,18 @@
 //! root), the broker's systemd runner with systemd as PID 1 on a
 //! cgroup-v2 boot and on a cgroup-v1-only boot (EL8's default), and the
 //! DAOS simulator's physical mode (its format writes a header to every
-//! namespace of exactly the listed NVMe controllers). The five-host
-//! physical-mode cluster inside the guest is not built yet.
+//! namespace of exactly the listed NVMe controllers), and physical mode
+//! end to end (`guest/site-physical.sh`): the five-host test cluster inside
+//! the guest with four physical-mode nodes on the guest's NVMe, an
+//! ordinary user's `--inst` job writing through `gpuq daos-exec`, the data
+//! found on every allowlisted namespace during the job and zeros there
+//! after the wipe; a partitioned namespace refused at preflight; a mounted
+//! one holding the cleanup until recover. Its per-step times are printed
+//! (`SITE-TIME`, and the job's own log as `SITE-LOG`) for
+//! docs/benchmarks.md.
 
-use gpuq_system_tests::systemd_box::workspace_root;
 use gpuq_system_tests::cluster::sim_image;
+use gpuq_system_tests::systemd_box::workspace_root;
 use gpuq_system_tests::{bin_dir, cannot_run, which};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -183,11 +190,11 @@ impl Vm {
             .expect("run integration/vm/site/run")
     }
 
-    /// Run a guest script (for at most 900 s); it must print every `want`
-    /// check and finish.
-    fn checks(&self, cmd: &str, want: &[&str]) -> String {
+    /// Run a guest script (for at most `secs`); it must print every
+    /// `want` check and finish.
+    fn checks(&self, secs: u32, cmd: &str, want: &[&str]) -> String {
         let t = Instant::now();
-        let out = self.run(900, cmd);
+        let out = self.run(secs, cmd);
         let all = text(&out);
         eprintln!("{cmd} ({:.0?}):\n{all}", t.elapsed());
         assert!(out.status.success(), "{cmd} failed in the guest:\n{all}");
@@ -237,6 +244,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
     }
     let vm = Vm::boot(false);
     vm.checks(
+        300,
         "sh /gpuq/devices.sh",
         &[
             "nvme-five-controllers-six-namespaces",
@@ -248,6 +256,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
     // as `up` made them (zero); the simulator's own checks below write
     // headers and an ext4 to some of them.
     let out = vm.checks(
+        1500,
         "bash /gpuq/site-physical.sh",
         &[
             "cluster-up-with-four-physical-nodes",
@@ -257,14 +266,25 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "wipe-left-zeros-no-signature-audits-and-no-metadata",
             "lease-released-no-containers-left",
             "next-job-runs",
+            "preflight-refuses-a-partitioned-namespace-on-da2-and-touches-nothing",
+            "a-mounted-namespace-holds-the-cleanup-at-the-wipe-untouched",
+            "recover-refuses-while-a-foreign-filesystem-is-there",
+            "after-umount-and-wipefs-recover-completes-and-the-held-job-runs",
         ],
     );
-    let times: Vec<&str> = out.lines().filter(|l| l.starts_with("SITE-TIME ")).collect();
-    eprintln!("physical-mode lifecycle in the guest (s):\n{}", times.join("\n"));
+    let times: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("SITE-TIME ") || l.starts_with("SITE-LOG "))
+        .collect();
+    eprintln!(
+        "physical-mode lifecycle in the guest (s):\n{}",
+        times.join("\n")
+    );
     let mut want = vec!["cgroup-mode-v2"];
     want.extend(RUNNER_CHECKS);
-    vm.checks("SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
+    vm.checks(300, "SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
     vm.checks(
+        300,
         "sh /gpuq/sim-physical.sh",
         &[
             "a-pci-address-without-nvme-fails-the-format-and-writes-nothing",
@@ -283,5 +303,5 @@ fn a_cgroup_v1_only_site_vm_runs_jobs_under_systemd_as_on_el8() {
     let vm = Vm::boot(true);
     let mut want = vec!["cgroup-mode-v1"];
     want.extend(RUNNER_CHECKS);
-    vm.checks("SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
+    vm.checks(300, "SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
 }
