@@ -465,7 +465,7 @@ step_node_helper() { # NODE
   hd=$(host_dir "$n")
   conf=$(node_conf "$n")
   {
-    echo "# Written by integration/cluster for node $n (test mode only)."
+    echo "# Written by integration/cluster for node $n (${GPUQ_CLUSTER_MODE:-test} mode)."
     echo "[node]"
     echo "name = \"$n\""
     echo "socket = \"$(node_sock "$n")\""
@@ -477,9 +477,25 @@ step_node_helper() { # NODE
     echo "[install]"
     echo "manifest_dir = \"$hd/install/usr/share/gpuq/manifests\""
     echo "prefix = \"$hd/install\""
-    if [[ -n ${GPUQ_CLUSTER_PROFILE_IMAGE:-} ]]; then
+    if [[ -n ${GPUQ_CLUSTER_PROFILE_IMAGE:-} && ${GPUQ_CLUSTER_MODE:-test} == physical ]]; then
+      # Physical mode (the site VM): the node's own NVMe namespaces from
+      # $GPUQ_CLUSTER_DEVICES_DIR/<node>.toml ([[devices]] tables: serial,
+      # pci, nsid, size_bytes), a physical profile, the production server
+      # spec. Only where the host really has those devices.
+      local devs=${GPUQ_CLUSTER_DEVICES_DIR:?GPUQ_CLUSTER_MODE=physical needs GPUQ_CLUSTER_DEVICES_DIR}/$n.toml
+      [[ -r $devs ]] || die "$n" "physical mode: no $devs (the node's [[devices]])"
       echo
-      echo "[profiles.test]"
+      cat "$devs"
+      echo
+      echo "[profiles.${GPUQ_CLUSTER_PROFILE_NAME:-test}]"
+      echo "image = \"$GPUQ_CLUSTER_PROFILE_IMAGE\""
+      echo "daos_version = \"2.8.0\""
+      echo "mode = \"physical\""
+      echo "port = 10001"
+      echo "fabric_iface = \"eth0\""
+    elif [[ -n ${GPUQ_CLUSTER_PROFILE_IMAGE:-} ]]; then
+      echo
+      echo "[profiles.${GPUQ_CLUSTER_PROFILE_NAME:-test}]"
       echo "image = \"$GPUQ_CLUSTER_PROFILE_IMAGE\""
       echo "daos_version = \"2.8.0\""
       echo "mode = \"test\""

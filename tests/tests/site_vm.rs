@@ -13,9 +13,17 @@
 //! root), the broker's systemd runner with systemd as PID 1 on a
 //! cgroup-v2 boot and on a cgroup-v1-only boot (EL8's default), and the
 //! DAOS simulator's physical mode (its format writes a header to every
-//! namespace of exactly the listed NVMe controllers). The five-host
-//! physical-mode cluster inside the guest is not built yet.
+//! namespace of exactly the listed NVMe controllers), and physical mode
+//! end to end (`guest/site-physical.sh`): the five-host test cluster inside
+//! the guest with four physical-mode nodes on the guest's NVMe, an
+//! ordinary user's `--inst` job writing through `gpuq daos-exec`, the data
+//! found on every allowlisted namespace during the job and zeros there
+//! after the wipe; a partitioned namespace refused at preflight; a mounted
+//! one holding the cleanup until recover. Its per-step times are printed
+//! (`SITE-TIME`, and the job's own log as `SITE-LOG`) for
+//! docs/benchmarks.md.
 
+use gpuq_system_tests::cluster::sim_image;
 use gpuq_system_tests::systemd_box::workspace_root;
 use gpuq_system_tests::{bin_dir, cannot_run, which};
 use std::path::{Path, PathBuf};
@@ -74,7 +82,7 @@ fn skip_reason() -> Option<String> {
     if !kernel {
         return Some("no cloud kernel in /boot (apt-get install linux-image-cloud-amd64)".into());
     }
-    for b in ["gpuq-broker", "gpuq", "daos-sim"] {
+    for b in ["gpuq-broker", "gpuq", "daos-sim", "gpuq-node"] {
         if !bin_dir().join(b).exists() {
             return Some(format!(
                 "needs {} (cargo build --workspace --bins)",
@@ -101,10 +109,11 @@ fn image() -> PathBuf {
 }
 
 /// What the guest gets on its read-only files disk: our binaries (debug
-/// info stripped: the disk is copied into an image per boot) and the guest
-/// scripts.
+/// info stripped: the disk is copied into an image per boot), the guest
+/// scripts, the test cluster's scripts and the simulator's image (archive
+/// and ID) that its hosts load.
 fn stage(dir: &Path) {
-    for b in ["gpuq-broker", "gpuq", "daos-sim"] {
+    for b in ["gpuq-broker", "gpuq", "daos-sim", "gpuq-node"] {
         let st = Command::new("objcopy")
             .arg("--strip-debug")
             .arg(bin_dir().join(b))
@@ -118,9 +127,23 @@ fn stage(dir: &Path) {
         dir.join("gpuq-broker.service"),
     )
     .expect("copy the unit");
-    for s in ["devices.sh", "systemd-runner.sh", "sim-physical.sh"] {
+    for s in [
+        "devices.sh",
+        "systemd-runner.sh",
+        "sim-physical.sh",
+        "site-physical.sh",
+    ] {
         std::fs::copy(script("guest").join(s), dir.join(s)).expect("copy a guest script");
     }
+    let cluster = dir.join("integration/cluster");
+    std::fs::create_dir_all(&cluster).unwrap();
+    for e in std::fs::read_dir(workspace_root().join("integration/cluster")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), cluster.join(e.file_name())).expect("copy a cluster script");
+    }
+    let (archive, image) = sim_image();
+    std::fs::copy(&archive, dir.join("daos-sim-image.tar")).expect("copy the simulator image");
+    std::fs::write(dir.join("image-id"), image).unwrap();
 }
 
 /// One booted site VM; taken down on drop (also when the test panics).
@@ -157,9 +180,9 @@ impl Vm {
         vm
     }
 
-    /// Run `cmd` (one shell line) as root in the guest.
-    fn run(&self, cmd: &str) -> Output {
-        within(900, script("run"))
+    /// Run `cmd` (one shell line) as root in the guest, for at most `secs`.
+    fn run(&self, secs: u32, cmd: &str) -> Output {
+        within(secs, script("run"))
             .arg(&self.state)
             .arg(cmd)
             .stdin(Stdio::null())
@@ -167,10 +190,11 @@ impl Vm {
             .expect("run integration/vm/site/run")
     }
 
-    /// Run a guest script; it must print every `want` check and finish.
-    fn checks(&self, cmd: &str, want: &[&str]) {
+    /// Run a guest script (for at most `secs`); it must print every
+    /// `want` check and finish.
+    fn checks(&self, secs: u32, cmd: &str, want: &[&str]) -> String {
         let t = Instant::now();
-        let out = self.run(cmd);
+        let out = self.run(secs, cmd);
         let all = text(&out);
         eprintln!("{cmd} ({:.0?}):\n{all}", t.elapsed());
         assert!(out.status.success(), "{cmd} failed in the guest:\n{all}");
@@ -184,6 +208,7 @@ impl Vm {
             all.lines().any(|l| l == "SITE-DONE"),
             "{cmd} did not finish:\n{all}"
         );
+        all
     }
 }
 
@@ -219,6 +244,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
     }
     let vm = Vm::boot(false);
     vm.checks(
+        300,
         "sh /gpuq/devices.sh",
         &[
             "nvme-five-controllers-six-namespaces",
@@ -226,10 +252,39 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "memlock-unlimited",
         ],
     );
+    // Physical mode end to end (issue 14) first: it needs the namespaces
+    // as `up` made them (zero); the simulator's own checks below write
+    // headers and an ext4 to some of them.
+    let out = vm.checks(
+        1500,
+        "bash /gpuq/site-physical.sh",
+        &[
+            "cluster-up-with-four-physical-nodes",
+            "broker-start",
+            "inst-job-created-pool-container-and-wrote-through-daos-exec",
+            "data-on-every-allowlisted-namespace-during-the-job",
+            "wipe-left-zeros-no-signature-audits-and-no-metadata",
+            "lease-released-no-containers-left",
+            "next-job-runs",
+            "preflight-refuses-a-partitioned-namespace-on-da2-and-touches-nothing",
+            "a-mounted-namespace-holds-the-cleanup-at-the-wipe-untouched",
+            "recover-refuses-while-a-foreign-filesystem-is-there",
+            "after-umount-and-wipefs-recover-completes-and-the-held-job-runs",
+        ],
+    );
+    let times: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("SITE-TIME ") || l.starts_with("SITE-LOG "))
+        .collect();
+    eprintln!(
+        "physical-mode lifecycle in the guest (s):\n{}",
+        times.join("\n")
+    );
     let mut want = vec!["cgroup-mode-v2"];
     want.extend(RUNNER_CHECKS);
-    vm.checks("SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
+    vm.checks(300, "SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
     vm.checks(
+        300,
         "sh /gpuq/sim-physical.sh",
         &[
             "a-pci-address-without-nvme-fails-the-format-and-writes-nothing",
@@ -248,5 +303,5 @@ fn a_cgroup_v1_only_site_vm_runs_jobs_under_systemd_as_on_el8() {
     let vm = Vm::boot(true);
     let mut want = vec!["cgroup-mode-v1"];
     want.extend(RUNNER_CHECKS);
-    vm.checks("SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
+    vm.checks(300, "SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
 }

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AgentConfig, DEFAULT_PORT};
 use crate::dmg::{print_envelope, system_call, Args};
 use crate::error::{SimError, DER_INVAL};
-use crate::model::{ContCreateResp, DmgResponse};
+use crate::model::{ContCreateResp, ContWriteResp, DmgResponse};
 use crate::proto::{Reply, Request, Wire};
 use crate::tls::{Role, Transport};
 
@@ -151,6 +151,12 @@ enum AgentRequest {
         label: String,
         kind: String,
     },
+    /// `daos filesystem copy`: sent on like `ContCreate`.
+    ContWrite {
+        pool: String,
+        cont: String,
+        data: String,
+    },
 }
 
 fn serve(conn: UnixStream, info: &AttachInfo, tp: &Transport) {
@@ -161,9 +167,18 @@ fn serve(conn: UnixStream, info: &AttachInfo, tp: &Transport) {
     }
     let mut out = match serde_json::from_str::<AgentRequest>(&line) {
         Ok(AgentRequest::GetAttachInfo) => serde_json::to_vec(info).unwrap_or_default(),
-        Ok(AgentRequest::ContCreate { pool, label, kind }) => {
+        Ok(r @ (AgentRequest::ContCreate { .. } | AgentRequest::ContWrite { .. })) => {
+            let req = match r {
+                AgentRequest::ContWrite { pool, cont, data } => {
+                    Request::ContWrite { pool, cont, data }
+                }
+                AgentRequest::ContCreate { pool, label, kind } => {
+                    Request::ContCreate { pool, label, kind }
+                }
+                AgentRequest::GetAttachInfo => unreachable!("matched above"),
+            };
             let wire = Wire {
-                req: Request::ContCreate { pool, label, kind },
+                req,
                 system: info.system.clone(),
                 insecure: tp.insecure(),
             };
@@ -231,7 +246,10 @@ fn agent_call(req: &[u8], timeout: Duration) -> Result<String, SimError> {
 
 /// `daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX`.
 pub fn daos_main(argv: &[String]) -> i32 {
-    let args = match Args::parse(argv, &["G", "sys-name", "type", "t", "pool", "label"]) {
+    let args = match Args::parse(
+        argv,
+        &["G", "sys-name", "type", "t", "pool", "label", "src", "dst"],
+    ) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("ERROR: daos: {e}");
@@ -239,7 +257,7 @@ pub fn daos_main(argv: &[String]) -> i32 {
         }
     };
     if args.has(&["h", "help"]) || args.pos.is_empty() {
-        println!("Usage: daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX\n\ndaos-sim: DAOS control-plane simulator for tests; not DAOS.");
+        println!("Usage: daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX\n       daos [-G SYSTEM] [-j] filesystem copy --src FILE --dst daos://POOL/CONT\n\ndaos-sim: DAOS control-plane simulator for tests; not DAOS.");
         return if args.pos.is_empty() && !args.has(&["h", "help"]) {
             1
         } else {
@@ -247,6 +265,32 @@ pub fn daos_main(argv: &[String]) -> i32 {
         };
     }
     let json = args.has(&["j", "json"]);
+    if matches!(
+        args.pos.first().map(String::as_str),
+        Some("filesystem" | "fs")
+    ) {
+        return match fs_copy(&args) {
+            Ok(resp) => {
+                if json {
+                    print_envelope(Some(DmgResponse::ContWrite(resp)), None);
+                } else {
+                    println!(
+                        "Successfully copied to DAOS: {} bytes at offset {} of each bdev of ranks {:?}",
+                        resp.bytes, resp.offset, resp.ranks
+                    );
+                }
+                0
+            }
+            Err(e) => {
+                if json {
+                    print_envelope(None, Some(&e));
+                } else {
+                    eprintln!("ERROR: daos: {e}");
+                }
+                1
+            }
+        };
+    }
     match cont_create(&args) {
         Ok(resp) => {
             if json {
@@ -267,6 +311,57 @@ pub fn daos_main(argv: &[String]) -> i32 {
             }
             1
         }
+    }
+}
+
+/// `daos filesystem copy --src FILE --dst daos://POOL/CONT[/PATH]`: the
+/// file's bytes (UTF-8 text, at most 64 KiB: the simulator's extent) go to
+/// the next data extent of every rank of the pool (docs/daos-sim.md).
+fn fs_copy(args: &Args) -> Result<ContWriteResp, SimError> {
+    let words: Vec<&str> = args.pos.iter().map(String::as_str).collect();
+    if !matches!(words.as_slice(), ["filesystem" | "fs", "copy"]) {
+        return Err(SimError::Usage(format!(
+            "unsupported command {:?} (daos-sim supports: filesystem copy --src FILE --dst daos://POOL/CONT)",
+            words.join(" ")
+        )));
+    }
+    let src = args
+        .get(&["src"])
+        .ok_or_else(|| SimError::Usage("filesystem copy needs --src FILE".into()))?;
+    let dst = args.get(&["dst"]).unwrap_or_default();
+    let (pool, cont) = dst
+        .strip_prefix("daos://")
+        .and_then(|r| {
+            let mut it = r.splitn(3, '/');
+            Some((it.next()?, it.next()?))
+        })
+        .filter(|(p, c)| !p.is_empty() && !c.is_empty())
+        .ok_or_else(|| SimError::Usage(format!("--dst {dst:?}: expected daos://POOL/CONT")))?;
+    let data = std::fs::read_to_string(src).map_err(|e| SimError::io(format!("read {src}"), e))?;
+    let info = attach_info()?;
+    let system = args.get(&["G", "sys-name"]).unwrap_or("daos_server");
+    if system != info.system {
+        return Err(SimError::remote(
+            format!(
+                "DER_INVAL(-1003): Invalid parameters: system {system:?} is not the agent's system {:?}",
+                info.system
+            ),
+            DER_INVAL,
+        ));
+    }
+    let mut req = serde_json::to_vec(&serde_json::json!({
+        "op": "cont_write", "pool": pool, "cont": cont, "data": data,
+    }))
+    .unwrap_or_default();
+    req.push(b'\n');
+    let line = agent_call(&req, Duration::from_secs(35))?;
+    let proto = |e: serde_json::Error| SimError::Protocol {
+        peer: "daos_agent".into(),
+        msg: e.to_string(),
+    };
+    match serde_json::from_str::<Reply>(&line).map_err(proto)? {
+        Reply::Ok(v) => serde_json::from_value(v).map_err(proto),
+        Reply::Err { msg, status } => Err(SimError::remote(msg, status)),
     }
 }
 

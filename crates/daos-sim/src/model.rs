@@ -28,6 +28,7 @@ pub enum DmgResponse {
     StorageFormat(StorageFormatResp),
     PoolCreate(PoolCreateResp),
     ContCreate(ContCreateResp),
+    ContWrite(ContWriteResp),
 }
 
 /// One `members[]` entry of `dmg system query -j`.
@@ -133,6 +134,17 @@ pub struct ContCreateResp {
     pub container_uuid: String,
     pub container_label: String,
     pub container_type: String,
+}
+
+/// `daos filesystem copy -j` response (the simulator's own shape): where
+/// the bytes went on every bdev of each rank (docs/daos-sim.md, layout).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContWriteResp {
+    pub pool_uuid: String,
+    pub container_uuid: String,
+    pub bytes: u64,
+    pub offset: u64,
+    pub ranks: Vec<u32>,
 }
 
 /// A random version-4 UUID from /dev/urandom (falls back to time and PID

@@ -44,6 +44,16 @@ pub enum Request {
     EngineStop { force: bool },
     /// server → MS: my engine changed state (stopped on SIGTERM).
     MemberState { uuid: String, state: String },
+    /// daos (through the agent) → any server (forwarded to the MS): write
+    /// `data` into a container (`daos filesystem copy`).
+    ContWrite {
+        pool: String,
+        cont: String,
+        data: String,
+    },
+    /// MS → server: write `data` at byte `offset` of every bdev of this
+    /// engine (the simulator's on-disk layout, docs/daos-sim.md).
+    BdevWrite { offset: u64, data: String },
 }
 
 impl Request {
@@ -58,6 +68,8 @@ impl Request {
             Request::Join(_) => "Join",
             Request::EngineStop { .. } => "StopRanks",
             Request::MemberState { .. } => "ClusterEvent",
+            Request::ContWrite { .. } => "ContWrite",
+            Request::BdevWrite { .. } => "BdevWrite",
         }
     }
 
@@ -69,6 +81,7 @@ impl Request {
                 | Request::SystemStop { .. }
                 | Request::PoolCreate { .. }
                 | Request::ContCreate { .. }
+                | Request::ContWrite { .. }
                 | Request::Join(_)
                 | Request::MemberState { .. }
         )

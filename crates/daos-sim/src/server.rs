@@ -34,8 +34,8 @@ use crate::config::{resolve, ServerConfig};
 use crate::error::{SimError, DER_EXIST, DER_INVAL, DER_MISC, DER_NONEXIST, DER_NOSPACE};
 use crate::faults::FaultSource;
 use crate::model::{
-    new_uuid, now_rfc3339, ContCreateResp, HostStorage, Member, NvmeResult, PoolCreateResp,
-    RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
+    new_uuid, now_rfc3339, ContCreateResp, ContWriteResp, HostStorage, Member, NvmeResult,
+    PoolCreateResp, RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
 };
 use crate::proto::{call, JoinReq, JoinResp, Reply, Request, Wire};
 use crate::tls::{Accepted, Component, Role, Transport};
@@ -62,6 +62,29 @@ pub struct Superblock {
 struct Db {
     members: Vec<Member>,
     pools: Vec<Pool>,
+    /// Data extents handed out so far (`daos filesystem copy`).
+    #[serde(default)]
+    extents: u64,
+}
+
+/// The simulator's on-disk layout of every bdev of a rank (a namespace in
+/// physical mode, a file in test mode); docs/daos-sim.md. Offset 0: the
+/// format's header. Then fixed slots, so that a test (and an operator) can
+/// find what a lease wrote and check that the wipe removed it.
+pub mod layout {
+    /// Pool `n`'s record (`DAOS-SIM-POOL {json}`) at `POOLS + n * RECORD`.
+    pub const POOLS: u64 = 1 << 20;
+    /// Container `n`'s record (`DAOS-SIM-CONT {json}`), `n` counted over
+    /// all pools of the system, at `CONTAINERS + n * RECORD`.
+    pub const CONTAINERS: u64 = 2 << 20;
+    /// Data extent `n` (`daos filesystem copy`: the file's bytes as they
+    /// are) at `DATA + n * EXTENT`.
+    pub const DATA: u64 = 4 << 20;
+    pub const RECORD: u64 = 4096;
+    pub const EXTENT: u64 = 64 << 10;
+    /// Slots per area before the next area begins.
+    pub const MAX_POOLS: u64 = (CONTAINERS - POOLS) / RECORD;
+    pub const MAX_CONTAINERS: u64 = (DATA - CONTAINERS) / RECORD;
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -409,13 +432,53 @@ impl Server {
                 size,
                 nranks,
                 nsvc,
-            } => to_value(&self.ms_pool_create(label, size, nranks, nsvc)?),
+            } => {
+                let (resp, n) = self.ms_pool_create(label.clone(), size, nranks, nsvc)?;
+                let rec = record(
+                    "DAOS-SIM-POOL",
+                    serde_json::json!({"uuid": resp.uuid, "label": label, "tgt_ranks": resp.tgt_ranks}),
+                );
+                self.ms_write_ranks(&resp.tgt_ranks, layout::POOLS + n * layout::RECORD, &rec)?;
+                to_value(&resp)
+            }
+            Request::ContWrite { pool, cont, data } => {
+                to_value(&self.ms_cont_write(&pool, &cont, data)?)
+            }
             Request::ContCreate { pool, label, kind } => {
-                let mut g = lock(&self.db);
-                let db = g
-                    .as_mut()
-                    .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
-                let p = db
+                let (resp, n, ranks) = self.ms_cont_create(pool, label, kind)?;
+                let rec = record(
+                    "DAOS-SIM-CONT",
+                    serde_json::json!({"pool_uuid": resp.pool_uuid, "uuid": resp.container_uuid,
+                        "label": resp.container_label, "type": resp.container_type}),
+                );
+                self.ms_write_ranks(&ranks, layout::CONTAINERS + n * layout::RECORD, &rec)?;
+                to_value(&resp)
+            }
+            Request::Format | Request::EngineStop { .. } | Request::BdevWrite { .. } => Err(
+                SimError::remote("not a management service request", DER_INVAL),
+            ),
+        }
+    }
+
+    /// Container create on the MS: the response, the container's number
+    /// over the whole system (its record slot) and the pool's ranks.
+    fn ms_cont_create(
+        &self,
+        pool: String,
+        label: String,
+        kind: String,
+    ) -> Result<(ContCreateResp, u64, Vec<u32>), SimError> {
+        {
+            let mut g = lock(&self.db);
+            let db = g
+                .as_mut()
+                .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+            let n = db
+                .pools
+                .iter()
+                .map(|p| p.containers.len() as u64)
+                .sum::<u64>();
+            let p = db
                     .pools
                     .iter_mut()
                     .find(|p| p.label == pool || p.uuid == pool)
@@ -425,32 +488,153 @@ impl Server {
                             DER_NONEXIST,
                         )
                     })?;
-                if p.containers.iter().any(|c| c.label == label) {
-                    return Err(SimError::remote(
-                        format!("container {label:?}: DER_EXIST(-1004): Entity already exists"),
-                        DER_EXIST,
-                    ));
-                }
-                let c = Container {
-                    uuid: new_uuid(),
-                    label: label.clone(),
-                    kind: kind.clone(),
-                };
-                let resp = ContCreateResp {
-                    pool_uuid: p.uuid.clone(),
-                    container_uuid: c.uuid.clone(),
-                    container_label: label,
-                    container_type: kind,
-                };
-                p.containers.push(c);
-                self.save_db(db);
-                to_value(&resp)
+            if p.containers.iter().any(|c| c.label == label) {
+                return Err(SimError::remote(
+                    format!("container {label:?}: DER_EXIST(-1004): Entity already exists"),
+                    DER_EXIST,
+                ));
             }
-            Request::Format | Request::EngineStop { .. } => Err(SimError::remote(
-                "not a management service request",
-                DER_INVAL,
-            )),
+            let c = Container {
+                uuid: new_uuid(),
+                label: label.clone(),
+                kind: kind.clone(),
+            };
+            if n >= layout::MAX_CONTAINERS {
+                return Err(SimError::remote(
+                        format!("container {label:?}: DER_NOSPACE(-1007): the simulator keeps at most {} containers per system", layout::MAX_CONTAINERS),
+                        DER_NOSPACE,
+                    ));
+            }
+            let ranks = p.tgt_ranks.clone();
+            let resp = ContCreateResp {
+                pool_uuid: p.uuid.clone(),
+                container_uuid: c.uuid.clone(),
+                container_label: label,
+                container_type: kind,
+            };
+            p.containers.push(c);
+            self.save_db(db);
+            Ok((resp, n, ranks))
         }
+    }
+
+    /// `daos filesystem copy` on the MS: the next data extent, written to
+    /// every bdev of every rank of the pool.
+    fn ms_cont_write(
+        &self,
+        pool: &str,
+        cont: &str,
+        data: String,
+    ) -> Result<ContWriteResp, SimError> {
+        if data.len() as u64 > layout::EXTENT {
+            return Err(SimError::remote(
+                format!(
+                    "DER_INVAL(-1003): Invalid parameters: {} bytes; the simulator writes at most {} per copy",
+                    data.len(),
+                    layout::EXTENT
+                ),
+                DER_INVAL,
+            ));
+        }
+        let (resp, ranks) = {
+            let mut g = lock(&self.db);
+            let db = g
+                .as_mut()
+                .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+            let n = db.extents;
+            let p = db
+                .pools
+                .iter()
+                .find(|p| p.label == pool || p.uuid == pool)
+                .ok_or_else(|| {
+                    SimError::remote(
+                        format!("pool {pool:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
+                        DER_NONEXIST,
+                    )
+                })?;
+            let c = p
+                .containers
+                .iter()
+                .find(|c| c.label == cont || c.uuid == cont)
+                .ok_or_else(|| {
+                    SimError::remote(
+                        format!("container {cont:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
+                        DER_NONEXIST,
+                    )
+                })?;
+            let resp = ContWriteResp {
+                pool_uuid: p.uuid.clone(),
+                container_uuid: c.uuid.clone(),
+                bytes: data.len() as u64,
+                offset: layout::DATA + n * layout::EXTENT,
+                ranks: p.tgt_ranks.clone(),
+            };
+            let ranks = p.tgt_ranks.clone();
+            db.extents += 1;
+            self.save_db(db);
+            (resp, ranks)
+        };
+        self.ms_write_ranks(&ranks, resp.offset, &data)?;
+        Ok(resp)
+    }
+
+    /// Has each of `ranks` write `data` at `offset` of its bdevs.
+    fn ms_write_ranks(&self, ranks: &[u32], offset: u64, data: &str) -> Result<(), SimError> {
+        let targets: Vec<(u32, String)> = {
+            let g = lock(&self.db);
+            let db = g
+                .as_ref()
+                .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+            db.members
+                .iter()
+                .filter(|m| ranks.contains(&m.rank))
+                .map(|m| (m.rank, m.addr.clone()))
+                .collect()
+        };
+        for (rank, addr) in targets {
+            let wire = self.wire(Request::BdevWrite {
+                offset,
+                data: data.to_string(),
+            });
+            resolve(&addr, 0)
+                .and_then(|a| call(a, &wire, Duration::from_secs(30), &self.transport))
+                .map_err(|e| {
+                    SimError::remote(
+                        format!("rank {rank} ({addr}): bdev write failed: {e}"),
+                        DER_MISC,
+                    )
+                })?;
+        }
+        Ok(())
+    }
+
+    /// On a rank: `data` at `offset` of every bdev of its engine (each
+    /// namespace of the listed NVMe controllers, or each bdev file),
+    /// synced. Only after a format; nothing else is opened.
+    fn bdev_write(&self, offset: u64, data: &str) -> Result<serde_json::Value, SimError> {
+        if lock(&self.local).sb.is_none() {
+            return Err(SimError::remote(ERR_UNINITIALIZED, DER_MISC));
+        }
+        let mut written = Vec::new();
+        for tier in &self.cfg.engines[0].storage {
+            for dev in &tier.bdev_list {
+                let paths = match tier.class.as_str() {
+                    "nvme" => nvme_namespaces(Path::new("/sys"), dev)?,
+                    "file" => vec![PathBuf::from(dev)],
+                    _ => continue,
+                };
+                for path in paths {
+                    write_at(&path, offset, data.as_bytes(), tier.class == "nvme")?;
+                    written.push(path.display().to_string());
+                }
+            }
+        }
+        log(format!(
+            "instance 0: wrote {} bytes at offset {offset} to {}",
+            data.len(),
+            written.join(", ")
+        ));
+        Ok(serde_json::json!(written))
     }
 
     /// Stands in for SWIM: a `joined` rank whose control port no longer
@@ -617,7 +801,7 @@ impl Server {
         size: u64,
         nranks: Option<u32>,
         nsvc: Option<u32>,
-    ) -> Result<PoolCreateResp, SimError> {
+    ) -> Result<(PoolCreateResp, u64), SimError> {
         let mut g = lock(&self.db);
         let db = g
             .as_mut()
@@ -676,9 +860,16 @@ impl Server {
             mem_file_bytes: 0,
             md_on_ssd_active: false,
         };
+        let n = db.pools.len() as u64;
+        if n >= layout::MAX_POOLS {
+            return Err(SimError::remote(
+                format!("pool create failed: DER_NOSPACE(-1007): the simulator keeps at most {} pools per system", layout::MAX_POOLS),
+                DER_NOSPACE,
+            ));
+        }
         db.pools.push(pool);
         self.save_db(db);
-        Ok(resp)
+        Ok((resp, n))
     }
 
     // ---- connections -------------------------------------------------------
@@ -802,6 +993,7 @@ impl Server {
                 to_value(&r?)
             }
             Request::EngineStop { force } => Ok(serde_json::Value::String(self.engine_stop(force))),
+            Request::BdevWrite { offset, data } => self.bdev_write(offset, &data),
             req if self.is_ms => self.ms_handle(req),
             req => {
                 // Forward to the MS; system stop may wait for slow ranks.
@@ -830,10 +1022,14 @@ pub fn authorized(req: &Request, comp: Component) -> bool {
                     | Request::SystemQuery
                     | Request::SystemStop { .. }
                     | Request::PoolCreate { .. }
-                    | Request::ContCreate { .. },
+                    | Request::ContCreate { .. }
+                    | Request::ContWrite { .. },
                 Component::Admin,
             )
-            | (Request::ContCreate { .. }, Component::Agent)
+            | (
+                Request::ContCreate { .. } | Request::ContWrite { .. },
+                Component::Agent
+            )
     )
 }
 
@@ -941,6 +1137,35 @@ fn write_nvme_header(dev: &Path, uuid: &str, system: &str, pci: &str) -> Result<
     );
     hdr.push(b'\n');
     f.write_all(&hdr).map_err(io)?;
+    f.sync_all().map_err(io)
+}
+
+/// A record line: `MAGIC {json}\n`.
+fn record(magic: &str, v: serde_json::Value) -> String {
+    format!("{magic} {v}\n")
+}
+
+/// `data` at `offset` of `path` (a bdev file or a namespace), synced. A
+/// namespace is opened `O_EXCL` as at the format (SPDK holds it).
+fn write_at(path: &Path, offset: u64, data: &[u8], exclusive: bool) -> Result<(), SimError> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let io = |e| {
+        SimError::io(
+            format!(
+                "write {} bytes at {offset} of {}",
+                data.len(),
+                path.display()
+            ),
+            e,
+        )
+    };
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true);
+    if exclusive {
+        o.custom_flags(libc::O_EXCL | libc::O_CLOEXEC);
+    }
+    let f = o.open(path).map_err(io)?;
+    f.write_all_at(data, offset).map_err(io)?;
     f.sync_all().map_err(io)
 }
 

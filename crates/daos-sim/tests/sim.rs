@@ -279,6 +279,78 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     envelope_ok(&v, out.status.code().unwrap());
     assert_eq!(v["response"]["pool_uuid"], pool_uuid.as_str());
+
+    // The simulator's on-disk layout (docs/daos-sim.md): the pool's record
+    // at 1 MiB, the containers' at 2 MiB + 4 KiB * n, and the bytes of
+    // `daos filesystem copy` at the next 64 KiB extent from 4 MiB, on every
+    // rank's bdev.
+    let src = c.tmp.path().join("payload");
+    fs::write(&src, "gpuq payload: known bytes at a known offset\n").unwrap();
+    let copy = |dst: &str| {
+        c.run_env(
+            "daos",
+            &[
+                "-j",
+                "filesystem",
+                "copy",
+                "--src",
+                src.to_str().unwrap(),
+                "--dst",
+                dst,
+            ],
+            &env,
+        )
+    };
+    let mut offsets = Vec::new();
+    for _ in 0..2 {
+        let out = copy("daos://tank/c1");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        envelope_ok(&v, out.status.code().unwrap());
+        assert_eq!(v["response"]["bytes"], 44, "{v}");
+        assert_eq!(v["response"]["ranks"], serde_json::json!([0, 1, 2, 3]));
+        offsets.push(v["response"]["offset"].as_u64().unwrap());
+    }
+    assert_eq!(offsets, [4 << 20, (4 << 20) + (64 << 10)]);
+    let at = |path: &std::path::Path, off: u64, len: usize| {
+        use std::os::unix::fs::FileExt;
+        let mut b = vec![0u8; len];
+        fs::File::open(path)
+            .unwrap()
+            .read_exact_at(&mut b, off)
+            .unwrap();
+        String::from_utf8_lossy(&b).into_owned()
+    };
+    for s in &c.servers {
+        assert!(
+            at(&s.bdev, 1 << 20, 64).starts_with("DAOS-SIM-POOL {"),
+            "{}",
+            at(&s.bdev, 1 << 20, 64)
+        );
+        assert!(at(&s.bdev, 1 << 20, 200).contains(&pool_uuid));
+        assert!(at(&s.bdev, 2 << 20, 64).starts_with("DAOS-SIM-CONT {"));
+        assert!(at(&s.bdev, 2 << 20, 300).contains("\"label\":\"c1\""));
+        assert!(at(&s.bdev, (2 << 20) + 4096, 300).contains("\"label\":\"c2\""));
+        for off in &offsets {
+            assert_eq!(
+                at(&s.bdev, *off, 44),
+                "gpuq payload: known bytes at a known offset\n"
+            );
+        }
+    }
+    for (dst, want) in [
+        ("daos://tank/nope", "DER_NONEXIST"),
+        ("tank/c1", "daos://POOL/CONT"),
+    ] {
+        let out = copy(dst);
+        assert!(!out.status.success());
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(all.contains(want), "{dst}: {all}");
+    }
+
     let out = c.run_env(
         "daos",
         &["-G", "other", "container", "create", "tank", "c3"],

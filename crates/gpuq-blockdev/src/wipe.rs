@@ -481,7 +481,7 @@ fn prepare(
         }
     };
     report.checks.push(checks::identity(entry, &disk));
-    let audit_id = disk.serial.clone().unwrap_or_else(|| disk.name.clone());
+    let audit_id = audit_id_of(&disk);
 
     // flock(LOCK_EX|LOCK_NB), retried briefly: udev takes short shared locks.
     let (held, lock) = take_flock(file, &path);
@@ -638,6 +638,18 @@ fn prepare(
         report,
         held: Some(held),
         audit_id,
+    }
+}
+
+/// The audit record's name part: the serial, and for a namespace other
+/// than the first its nsid too (`SN-1-ns2`): two namespaces of one
+/// controller share the serial, and one record must not replace the
+/// other's. The kernel name when there is no serial.
+fn audit_id_of(disk: &Disk) -> String {
+    match (&disk.serial, disk.nsid) {
+        (Some(s), Some(n)) if n != 1 => format!("{s}-ns{n}"),
+        (Some(s), _) => s.clone(),
+        (None, _) => disk.name.clone(),
     }
 }
 
@@ -872,6 +884,23 @@ fn active_lease(jobs_dir: &Path) -> Result<Option<String>, String> {
 mod tests {
     use super::*;
     use crate::config::NodeSection;
+
+    #[test]
+    fn two_namespaces_of_one_controller_get_two_audit_records() {
+        let ns = |nsid| Disk {
+            name: format!("nvme4n{nsid}"),
+            serial: Some("SN-SITE-0005".into()),
+            nsid: Some(nsid),
+            ..Disk::default()
+        };
+        assert_eq!(audit_id_of(&ns(1)), "SN-SITE-0005");
+        assert_eq!(audit_id_of(&ns(2)), "SN-SITE-0005-ns2");
+        let bare = Disk {
+            name: "loop3".into(),
+            ..Disk::default()
+        };
+        assert_eq!(audit_id_of(&bare), "loop3");
+    }
 
     fn cfg(allow_loop: bool) -> NodeConfig {
         NodeConfig {

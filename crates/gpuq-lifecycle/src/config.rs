@@ -36,6 +36,7 @@ pub struct RawDaos {
     node_podman_socket: Option<PathBuf>,
     join_timeout_secs: Option<u64>,
     link_timeout_secs: Option<u64>,
+    ssh_connect_timeout_secs: Option<u64>,
     request_timeout_secs: Option<u64>,
     preflight_timeout_secs: Option<u64>,
     start_timeout_secs: Option<u64>,
@@ -93,6 +94,10 @@ pub struct DaosConfig {
     pub node_podman_socket: PathBuf,
     pub join_timeout_secs: u64,
     pub link_timeout_secs: u64,
+    /// ssh's `ConnectTimeout` for a node link's master (the whole master
+    /// start may take 2 s more). 5 by default; raise it for slow links
+    /// (the site VM's emulated CPUs need about 7 s for four at once).
+    pub ssh_connect_timeout_secs: u64,
     /// Each step's deadline (`*_timeout_secs`; docs/operations.md).
     pub deadlines: crate::Deadlines,
     pub nodes: Vec<DaosNode>,
@@ -328,6 +333,16 @@ pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
         )?,
         join_timeout_secs: d.join_timeout_secs.unwrap_or(120),
         link_timeout_secs: d.link_timeout_secs.unwrap_or(15),
+        ssh_connect_timeout_secs: match d.ssh_connect_timeout_secs {
+            None => 5,
+            Some(s) if (1..=600).contains(&s) => s,
+            Some(_) => {
+                return Err(invalid(
+                    "daos.ssh_connect_timeout_secs",
+                    "expected seconds, 1 to 600".into(),
+                ))
+            }
+        },
         deadlines,
         nodes,
         profiles,

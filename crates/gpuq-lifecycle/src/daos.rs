@@ -75,7 +75,10 @@ impl Daos {
                     forward_dir: cfg.forward_dir.clone(),
                 })
                 .collect(),
-            Timings::default(),
+            Timings {
+                connect_timeout: Duration::from_secs(cfg.ssh_connect_timeout_secs),
+                ..Timings::default()
+            },
         )?;
         links.start_all();
         Ok(Arc::new(Daos { cfg, store, links }))

@@ -504,13 +504,17 @@ impl<P: Podman> NodeService<P> {
         let control_meta = data_dir.join("control_meta");
         let bdev = match profile.mode {
             Mode::Physical => Bdev::Nvme {
-                pci: self
-                    .cfg
-                    .node
-                    .devices
-                    .iter()
-                    .filter_map(|d| d.pci.clone())
-                    .collect(),
+                // DAOS's bdev_list names controllers; two namespaces of
+                // one controller (nsid 1 and 2) are one entry.
+                pci: {
+                    let mut pci: Vec<String> = Vec::new();
+                    for p in self.cfg.node.devices.iter().filter_map(|d| d.pci.clone()) {
+                        if !pci.contains(&p) {
+                            pci.push(p);
+                        }
+                    }
+                    pci
+                },
             },
             Mode::Test => Bdev::File {
                 paths: vec![data_dir.join("bdev0").display().to_string()],

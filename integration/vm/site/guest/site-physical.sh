@@ -1,0 +1,348 @@
+#!/bin/bash
+# Runs as root inside the site VM (systemd as PID 1): the five-host test
+# cluster (integration/cluster, unchanged scripts) with the four storage
+# nodes in PHYSICAL mode on the guest's emulated NVMe, the broker on cxl2
+# with runner = "systemd", and an ordinary user's `--inst` job that
+# writes data through `gpuq daos-exec`; then the release is checked on the
+# devices themselves. Prints "SITE-CHECK <name> ok", "SITE-TIME <step>
+# <seconds>" and "SITE-FAIL <name>: why" (then exits 1).
+#
+# Allowlists (serial + PCI + nsid + size of the guest's NVMe, `up`):
+#   da1 SN-SITE-0001 0000:00:11.0 nsid 1     da2 SN-SITE-0002 0000:00:12.0 nsid 1
+#   da3 SN-SITE-0003 0000:00:13.0 nsid 1     da4 SN-SITE-0005 0000:00:15.0 nsid 1 and 2
+# SN-SITE-0004 (0000:00:14.0) is on no allowlist: it must never be written.
+set -eu
+F=${F:-/gpuq}
+D=/srv/cl
+P=site
+NS_CXL2=/run/netns/$P-cxl2
+GIB=1073741824
+T0=$(date +%s.%N)
+last=$T0
+fail() {
+  echo "SITE-FAIL $1: $2"
+  tail -n 40 /var/log/gpuq-site/broker.log 2>/dev/null | sed 's/^/broker: /'
+  for n in da1 da2 da3 da4; do tail -n 8 "$D/logs/$n-node.log" 2>/dev/null | sed "s/^/$n-node: /"; done
+  exit 1
+}
+ok() { echo "SITE-CHECK $1 ok"; }
+# Seconds since the previous mark (per-step lifecycle times, docs/benchmarks.md).
+mark() { now=$(date +%s.%N); echo "SITE-TIME $1 $(awk -v a="$last" -v b="$now" 'BEGIN{printf "%.1f", b-a}')"; last=$now; }
+field() { printf '%s\n' "$1" | sed -n "s/^ *\"$2\": *\"\{0,1\}\([^,\"]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -n1; }
+as_alice() { (cd /w/alice && setpriv --reuid=61001 --regid=61001 --init-groups env HOME=/w/alice GPUQ_SOCKET=/run/gpuq-site/broker.sock "$@"); }
+gq() { GPUQ_SOCKET=/run/gpuq-site/broker.sock gpuq "$@"; }
+wait_state() { # id state secs
+  end=$(( $(date +%s) + $3 ))
+  while :; do
+    j=$(gq status "$1" --json); s=$(field "$j" state)
+    [ "$s" = "$2" ] && return 0
+    case "$s" in completed|failed|cancelled|timeout) [ "$s" = "$2" ] || fail "wait-$2" "job $1 ended '$s': $j; log: $(cat "$(field "$j" log_path)" 2>/dev/null | tail -20)";; esac
+    [ "$(date +%s)" -lt "$end" ] || fail "wait-$2" "job $1 is '$s' after $3 s, not $2: $j"
+    sleep 0.5
+  done
+}
+
+# The namespace of controller SERIAL with NSID, e.g. /dev/nvme2n1.
+dev_of() { # serial nsid
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(tr -d ' ' <"$c/serial")" = "$1" ] || continue
+    for ns in /sys/block/"$(basename "$c")"n*; do
+      [ "$(cat "$ns/nsid" 2>/dev/null || cat "$ns/device/../$(basename "$ns")/nsid" 2>/dev/null)" = "$2" ] && { echo "/dev/$(basename "$ns")"; return 0; }
+    done
+  done
+  return 1
+}
+# "node serial pci nsid" for every allowlisted namespace.
+ALLOW="da1 SN-SITE-0001 0000:00:11.0 1
+da2 SN-SITE-0002 0000:00:12.0 1
+da3 SN-SITE-0003 0000:00:13.0 1
+da4 SN-SITE-0005 0000:00:15.0 1
+da4 SN-SITE-0005 0000:00:15.0 2"
+BYSTANDER=$(dev_of SN-SITE-0004 1) || fail setup "no SN-SITE-0004"
+at() { dd if="$1" bs=4096 skip=$(( $2 / 4096 )) count=$(( ($3 + 4095) / 4096 )) status=none | head -c "$3"; }
+zero_range() { cmp -s -n "$3" <(dd if="$1" bs=4096 skip=$(( $2 / 4096 )) count=$(( $3 / 4096 )) status=none) /dev/zero; }
+
+# --- devices: all zero before anything ---------------------------------------
+echo "$ALLOW" | while read -r n s p i; do
+  d=$(dev_of "$s" "$i") || fail setup "$n: no $s nsid $i"
+  zero_range "$d" 0 $((8 << 20)) || fail setup "$d is not zero before the test"
+done
+zero_range "$BYSTANDER" 0 $((8 << 20)) || fail setup "$BYSTANDER is not zero before the test"
+
+# --- the cluster, physical profile -------------------------------------------
+mkdir -p /etc/gpuq-site/devices /var/log/gpuq-site
+for n in da1 da2 da3 da4; do
+  echo "$ALLOW" | while read -r nn s p i; do
+    [ "$nn" = "$n" ] || continue
+    printf '[[devices]]\nserial = "%s"\npci = "%s"\nnsid = %s\nsize_bytes = %s\n\n' "$s" "$p" "$i" "$GIB"
+  done >"/etc/gpuq-site/devices/$n.toml"
+done
+IMAGE=$(cat "$F/image-id")
+GPUQ_CLUSTER_DIR=$D GPUQ_CLUSTER_PREFIX=$P GPUQ_BIN_DIR=$F GPUQ_CLUSTER_IMAGE=$F/daos-sim-image.tar \
+  GPUQ_CLUSTER_PROFILE_IMAGE=$IMAGE GPUQ_CLUSTER_PROFILE_NAME=inst1 GPUQ_CLUSTER_MODE=physical \
+  GPUQ_CLUSTER_DEVICES_DIR=/etc/gpuq-site/devices \
+  timeout 600 "$F/integration/cluster/up" >/var/log/gpuq-site/cluster-up.log 2>&1 \
+  || fail cluster-up "$(tail -n 30 /var/log/gpuq-site/cluster-up.log)"
+mark cluster-up
+for n in da1 da2 da3 da4; do
+  grep -q 'mode = "physical"' "$D/$n/etc/node.toml" || fail cluster-up "$n is not physical"
+done
+ok cluster-up-with-four-physical-nodes
+
+# --- the broker on cxl2 (systemd runner) ---------------------------------------
+install -m 755 "$F/gpuq" /usr/local/bin/gpuq
+# The systemd runner runs the broker's executable as each job's user: it
+# must be root's, 0755, in root-only directories (the broker checks).
+install -m 755 "$F/gpuq-broker" /usr/local/sbin/gpuq-broker
+mkdir -p -m 755 /var/lib/gpuq-site /run/gpuq-site /var/log/gpuq-site/jobs
+addr() { case $1 in da1) echo 10.200.0.11;; da2) echo 10.200.0.12;; da3) echo 10.200.0.13;; da4) echo 10.200.0.14;; esac; }
+{
+  cat <<TOML
+[broker]
+socket = "/run/gpuq-site/broker.sock"
+state_dir = "/var/lib/gpuq-site/state"
+log_root = "/var/log/gpuq-site/jobs"
+maintenance_file = "/etc/gpuq-site/maintenance.json"
+runner = "systemd"
+gpu = "none"
+default_time = "30m"
+max_time = "1h"
+
+[daos]
+run_dir = "/var/lib/gpuq-site/daos"
+podman_socket = "$D/cxl2/run/podman.sock"
+forward_dir = "$D/cxl2/run/links"
+identity_file = "$D/cxl2/ssh/id_ed25519"
+known_hosts_file = "$D/ssh/known_hosts"
+ssh_config_file = "$D/ssh/ssh_config"
+join_timeout_secs = 120
+link_timeout_secs = 120
+ssh_connect_timeout_secs = 20
+TOML
+  for n in da1 da2 da3 da4; do
+    printf '\n[[daos.nodes]]\nname = "%s"\nhost = "%s"\naddress = "%s"\nnode_socket = "%s"\npodman_socket = "%s"\n' \
+      "$n" "$n" "$(addr $n)" "$D/$n/run/node.sock" "$D/$n/run/podman.sock"
+  done
+  printf '\n[daos.profiles.inst1]\nimage = "%s"\nreplicas = ["%s"]\n' "$IMAGE" "$(addr da1)"
+} >/etc/gpuq-site/broker.toml
+chmod 644 /etc/gpuq-site/broker.toml
+setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug /usr/local/sbin/gpuq-broker --config /etc/gpuq-site/broker.toml \
+  </dev/null >>/var/log/gpuq-site/broker.log 2>&1 &
+echo $! >/var/lib/gpuq-site/broker.pid
+i=0; until [ -S /run/gpuq-site/broker.sock ] && gq list >/dev/null 2>&1; do
+  i=$((i+1)); [ $i -lt 120 ] || fail broker-start "no socket"; sleep 0.5
+done
+# The four node links (one ssh master each; under TCG a master takes
+# ~7 s of the nodelink's fixed 5+2 s limit when all four connect at once,
+# so they may need a retry or two).
+i=0; until [ "$(gq daos-status | grep -Ec '^da[1-4] +up ')" = 4 ]; do
+  i=$((i+1)); [ $i -lt 240 ] || fail broker-links "links not up after 120 s: $(gq daos-status 2>&1)"; sleep 0.5
+done
+mark broker-start-links-up
+ok broker-start
+
+getent group 61001 >/dev/null || groupadd -g 61001 alice
+id alice >/dev/null 2>&1 || useradd -u 61001 -g 61001 -M -d /w/alice -s /bin/sh alice
+mkdir -p /w/alice && chown 61001:61001 /w/alice && chmod 700 /w/alice
+printf 'gpuq site VM payload %s\n' "$(date +%s%N)" >/w/alice/payload
+chown 61001:61001 /w/alice/payload
+PAYLOAD=$(cat /w/alice/payload)
+
+# --- scenario 1: an ordinary user's --inst job writes data ---------------------
+cat >/w/alice/job.sh <<'JOB'
+set -eu
+gpuq daos-exec -- sh -euc '
+  dmg -o "$DAOS_CONTROL_CONFIG" -j system query > query.json
+  dmg -o "$DAOS_CONTROL_CONFIG" -j pool create --size=1G --nranks=4 tank > pool.json
+  daos -G "$DAOS_SYSTEM" -j container create --type=POSIX tank data > cont.json
+  daos -G "$DAOS_SYSTEM" -j filesystem copy --src payload --dst daos://tank/data > copy.json
+'
+date +%s.%N > written
+while [ ! -e go ]; do sleep 0.2; done
+JOB
+chown 61001:61001 /w/alice/job.sh
+id=$(as_alice gpuq submit --inst inst1 --time 20m -- sh job.sh) || fail submit "gpuq submit --inst failed"
+mark submit
+wait_state "$id" running 600
+mark prepare-to-running
+i=0; until [ -e /w/alice/written ]; do
+  i=$((i+1)); j=$(gq status "$id" --json)
+  [ "$(field "$j" state)" = running ] || fail job "job $id is $(field "$j" state): $(cat "$(field "$j" log_path)" 2>/dev/null)"
+  [ $i -lt 600 ] || fail job "no data written after 300 s: $(cat "$(field "$j" log_path)" 2>/dev/null)"
+  sleep 0.5
+done
+mark daos-exec-pool-container-copy
+for f in query pool cont copy; do
+  grep -q '"status": 0' "/w/alice/$f.json" || fail job "$f: $(cat "/w/alice/$f.json")"
+done
+[ "$(grep -c '"state": "joined"' /w/alice/query.json)" = 4 ] || fail job "not 4 joined: $(cat /w/alice/query.json)"
+OFF=$(sed -n 's/^ *"offset": *\([0-9]*\).*/\1/p' /w/alice/copy.json)
+[ -n "$OFF" ] || fail job "no offset in $(cat /w/alice/copy.json)"
+LEASE=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' /var/lib/gpuq-site/state/active.json | head -n1)
+[ -n "$LEASE" ] || fail job "no active lease"
+ok inst-job-created-pool-container-and-wrote-through-daos-exec
+
+# While the job runs: the data is on every allowlisted namespace, at the
+# simulator's offsets (docs/daos-sim.md), and the bystander is untouched.
+LEN=${#PAYLOAD}
+echo "$ALLOW" | while read -r n s p i; do
+  d=$(dev_of "$s" "$i")
+  [ "$(at "$d" 0 13)" = DAOS-SIM-BDEV ] || fail data "$n $d: no format header"
+  [ "$(at "$d" $((1 << 20)) 13)" = DAOS-SIM-POOL ] || fail data "$n $d: no pool record at 1 MiB"
+  [ "$(at "$d" $((2 << 20)) 13)" = DAOS-SIM-CONT ] || fail data "$n $d: no container record at 2 MiB"
+  [ "$(at "$d" "$OFF" "$LEN")" = "$PAYLOAD" ] || fail data "$n $d: not the payload at $OFF"
+  [ -d "$D/$n/jobs/$LEASE/control_meta" ] || fail data "$n: no metadata dir for $LEASE"
+done
+zero_range "$BYSTANDER" 0 $((8 << 20)) || fail data "$BYSTANDER (on no allowlist) was written"
+ok data-on-every-allowlisted-namespace-during-the-job
+last=$(date +%s.%N)
+touch /w/alice/go
+wait_state "$id" completed 120
+mark experiment-end
+i=0; while [ -e /var/lib/gpuq-site/state/active.json ]; do
+  i=$((i+1)); [ $i -lt 1200 ] || fail release "lease $LEASE not released after 600 s"
+  [ -e /var/lib/gpuq-site/state/blocked.json ] && fail release "held: $(cat /var/lib/gpuq-site/state/blocked.json)"
+  sleep 0.5
+done
+mark cleanup-to-released
+
+# After release: zeros where data was, no signature, audits, no metadata.
+echo "$ALLOW" | while read -r n s p i; do
+  d=$(dev_of "$s" "$i")
+  for o in 0 $((1 << 20)) $((2 << 20)) "$OFF"; do
+    zero_range "$d" "$o" 65536 || fail wipe "$n $d: not zero at $o after release"
+  done
+  zero_range "$d" 0 $((8 << 20)) || fail wipe "$n $d: first 8 MiB not zero"
+  out=$(blkid -p "$d" 2>&1) && fail wipe "$n $d: blkid finds: $out"
+  j=$D/$n/jobs/$LEASE
+  # One record per namespace: the serial, and -nsN past the first.
+  a=$j/wipe-$s.json; [ "$i" = 1 ] || a=$j/wipe-$s-ns$i.json
+  [ -f "$a" ] || fail audit "$n: no $a: $(ls "$j")"
+  grep -q "\"$s\"" "$a" || fail audit "$n: $a names no $s"
+  grep -q "\"$p\"" "$a" || fail audit "$n: $a names no $p"
+  grep -q "\"$d\"" "$a" || fail audit "$n: $a names no $d"
+  grep -q '"result": "wiped"' "$a" || fail audit "$n: $a: $(cat "$a")"
+  grep -q "\"bytes_discarded\": $GIB" "$a" || fail audit "$n: $a: not the whole namespace: $(cat "$a")"
+  grep -q '"wipe"' "$j/audit.jsonl" || fail audit "$n: no wipe line in audit.jsonl"
+  [ ! -e "$j/control_meta" ] || fail metadata "$n: $j/control_meta still there"
+  [ ! -e "$D/$n/jobs/active-lease" ] || fail release "$n: node lease record left"
+done
+zero_range "$BYSTANDER" 0 $((8 << 20)) || fail wipe "$BYSTANDER (on no allowlist) was touched"
+ok wipe-left-zeros-no-signature-audits-and-no-metadata
+for h in cxl2 da1 da2 da3 da4; do
+  c=$(curl -sS --max-time 10 --unix-socket "$D/$h/run/podman.sock" 'http://d/v4.0.0/libpod/containers/json?all=true')
+  [ "$c" = "[]" ] || fail release "containers left on $h: $c"
+done
+ok lease-released-no-containers-left
+
+# The lifecycle's own step times, as the job's log reports them.
+sed 's/^/SITE-LOG /' "$(field "$(gq status "$id" --json)" log_path)"
+
+# The next job runs.
+id2=$(as_alice gpuq submit -- sh -c 'echo next') || fail next "submit"
+wait_state "$id2" completed 120
+mark next-job
+ok next-job-runs
+
+# What a refusal must leave alone: every node's jobs dir, lease record
+# and containers, as listed now.
+node_state() {
+  for h in da1 da2 da3 da4; do echo "$h: $(ls "$D/$h/jobs")"; done
+  for h in cxl2 da1 da2 da3 da4; do
+    curl -sS --max-time 10 --unix-socket "$D/$h/run/podman.sock" 'http://d/v4.0.0/libpod/containers/json?all=true'; echo
+  done
+}
+sum_of() { sha256sum <"$1" | cut -c1-64; }
+state_dir=/var/lib/gpuq-site/state
+
+# --- scenario 2: a partition table on da2's namespace --------------------------
+# An MBR with one Linux partition (LBA 2048, 32 MiB), as fdisk writes it;
+# the kernel scans it (nvme1n1p1 appears).
+D2=$(dev_of SN-SITE-0002 1)
+printf '\x00\x00\x00\x00\x83\x00\x00\x00\x00\x08\x00\x00\x00\x00\x01\x00' | dd of="$D2" bs=1 seek=446 conv=notrunc status=none
+printf '\x55\xaa' | dd of="$D2" bs=1 seek=510 conv=notrunc,fsync status=none
+blockdev --rereadpt "$D2" || fail partition "blockdev --rereadpt $D2"
+[ -e "${D2}p1" ] || fail partition "the kernel shows no ${D2}p1"
+sum2=$(sum_of "$D2"); before=$(node_state)
+last=$(date +%s.%N)
+id3=$(as_alice gpuq submit --inst inst1 -- sh -c 'touch ran') || fail partition "submit"
+wait_state "$id3" failed 300
+mark preflight-refusal
+log3=$(cat "$(field "$(gq status "$id3" --json)" log_path)")
+echo "$log3" | grep -q 'preflight' || fail partition "no preflight refusal in: $log3"
+echo "$log3" | grep -q 'da2' || fail partition "da2 not named: $log3"
+echo "$log3" | grep -qi 'partition' || fail partition "no partition reason: $log3"
+for h in da1 da3 da4; do echo "$log3" | grep -q "$h: .*refus" && fail partition "$h refused too: $log3"; done
+[ ! -e /w/alice/ran ] || fail partition "the job ran"
+[ "$(node_state)" = "$before" ] || fail partition "a node changed: before: $before; after: $(node_state)"
+[ "$(sum_of "$D2")" = "$sum2" ] || fail partition "$D2 changed"
+[ -e "${D2}p1" ] || fail partition "${D2}p1 is gone"
+[ ! -e $state_dir/blocked.json ] || fail partition "held: $(cat $state_dir/blocked.json)"
+ok preflight-refuses-a-partitioned-namespace-on-da2-and-touches-nothing
+# Put it back as it was (zero): the next scenarios need a clean da2.
+dd if=/dev/zero of="$D2" bs=512 count=1 conv=notrunc,fsync status=none
+blockdev --rereadpt "$D2" || true
+[ ! -e "${D2}p1" ] || fail partition "${D2}p1 still there after the MBR was removed"
+
+# --- scenario 3: a filesystem from da3's namespace mounted during the job ------
+D3=$(dev_of SN-SITE-0003 1)
+rm -f /w/alice/written /w/alice/go
+id4=$(as_alice gpuq submit --inst inst1 -- sh job.sh) || fail mounted "submit"
+i=0; until [ -e /w/alice/written ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no data written: $(gq status "$id4" --json)"; sleep 0.5
+done
+L4=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
+[ -n "$L4" ] || fail mounted "no active lease"
+# Someone (root) makes and mounts a filesystem on da3's namespace while
+# the job runs. Read-only: the mount holds the device, and nothing writes.
+mkfs.ext4 -q -F "$D3" || fail mounted "mkfs.ext4 $D3"
+mkdir -p /mnt/da3 && mount -o ro "$D3" /mnt/da3 || fail mounted "mount $D3"
+sum3=$(sum_of "$D3")
+last=$(date +%s.%N)
+touch /w/alice/go
+wait_state "$id4" completed 120
+i=0; until [ -e $state_dir/blocked.json ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no hold after 300 s: $(gq daos-status 2>&1)"; sleep 0.5
+done
+mark cleanup-to-held
+grep -q da3 $state_dir/blocked.json || fail mounted "the hold names no da3: $(cat $state_dir/blocked.json)"
+[ "$(sum_of "$D3")" = "$sum3" ] || fail mounted "$D3 changed while mounted"
+findmnt -rn -S "$D3" >/dev/null || fail mounted "$D3 no longer mounted"
+# The hold holds every job, a GPU-only one too.
+id5=$(as_alice gpuq submit -- sh -c 'echo after-hold') || fail mounted "submit after hold"
+sleep 5
+[ "$(field "$(gq status "$id5" --json)" state)" = queued ] || fail mounted "job $id5 ran under the hold"
+ok a-mounted-namespace-holds-the-cleanup-at-the-wipe-untouched
+# Unmounted, its ext4 signature is still a foreign signature: recover
+# refuses again and touches nothing.
+umount /mnt/da3
+# A new baseline: the unmount drops the device's page cache, and what the
+# mounted device read back through it (mkfs.ext4's writes) need not be
+# what the device reads after (seen here: different sums with no writer).
+sum3=$(sum_of "$D3")
+out=$(gq recover 2>&1) && fail mounted "recover passed with ext4 on $D3: $out"
+echo "$out" | grep -q da3 || fail mounted "recover's refusal names no da3: $out"
+[ "$(sum_of "$D3")" = "$sum3" ] || fail mounted "$D3 changed by the refused recover"
+blkid -p -o value -s TYPE "$D3" | grep -qx ext4 || fail mounted "$D3 is no longer ext4"
+[ -e $state_dir/blocked.json ] || fail mounted "released with ext4 on $D3"
+ok recover-refuses-while-a-foreign-filesystem-is-there
+# The operator decides the filesystem is not needed and removes its
+# signature; then recover completes the lease's cleanup and releases.
+wipefs -q -a "$D3" || fail mounted "wipefs $D3"
+last=$(date +%s.%N)
+out=$(gq recover 2>&1) || fail mounted "recover after wipefs: $out"
+mark recover
+[ ! -e $state_dir/blocked.json ] || fail mounted "still held after recover"
+grep -Eq '"(refused|failed)"' "$D/da3/jobs/$L4/audit.jsonl" || fail mounted "da3's audit has no refused wipe: $(cat "$D/da3/jobs/$L4/audit.jsonl")"
+zero_range "$D3" 0 $((8 << 20)) || fail mounted "$D3 not zero after recover"
+out=$(blkid -p "$D3" 2>&1) && fail mounted "$D3: blkid finds: $out"
+wait_state "$id5" completed 120
+ok after-umount-and-wipefs-recover-completes-and-the-held-job-runs
+
+# Everything of ours in the guest ends here (the guest itself is thrown away).
+kill "$(cat /var/lib/gpuq-site/broker.pid)" 2>/dev/null || true
+GPUQ_CLUSTER_DIR=$D timeout 300 "$F/integration/cluster/down" >/var/log/gpuq-site/cluster-down.log 2>&1 \
+  || fail cluster-down "$(tail -n 20 /var/log/gpuq-site/cluster-down.log)"
+mark cluster-down
+echo "SITE-TIME total $(awk -v a="$T0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')"
+echo "SITE-DONE"
