@@ -105,9 +105,9 @@ fn run() -> Result<u8, String> {
                 70
             }
             Ok((_lease, env)) => {
-                // As the user, with no group of root's (setpriv: the
-                // broker's runners do this in gpuq-sys; an example stays
-                // out of `unsafe`).
+                // As the user, with no group of root's: setpriv (the
+                // broker's runners drop privileges through gpuq-sys, the
+                // one crate allowed raw system calls).
                 let mut child = std::process::Command::new("setpriv")
                     .arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={gid}"))
