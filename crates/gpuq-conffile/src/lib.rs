@@ -38,7 +38,7 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
         let p = p.to_path_buf();
         move |source| ConfFileError::Read { path: p, source }
     };
-    let unsafe_err = |why: String| ConfFileError::Unsafe {
+    let not_roots = |why: String| ConfFileError::Unsafe {
         path: path.to_path_buf(),
         why,
     };
@@ -48,20 +48,20 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
         .open(path)
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ELOOP) {
-                unsafe_err("it is a symbolic link (refused: the file itself must be root's)".into())
+                not_roots("it is a symbolic link (refused: the file itself must be root's)".into())
             } else {
                 read_err(path)(e)
             }
         })?;
     let meta = f.metadata().map_err(read_err(path))?;
     if !meta.file_type().is_file() {
-        return Err(unsafe_err("not a regular file".into()));
+        return Err(not_roots("not a regular file".into()));
     }
     if meta.uid() != 0 {
-        return Err(unsafe_err(format!("owned by uid {}, not root", meta.uid())));
+        return Err(not_roots(format!("owned by uid {}, not root", meta.uid())));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(unsafe_err(format!(
+        return Err(not_roots(format!(
             "mode {:o} lets group or others write it",
             meta.mode() & 0o7777
         )));
@@ -72,7 +72,7 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
         .unwrap_or(Path::new("."));
     let dmeta = std::fs::metadata(dir).map_err(read_err(dir))?;
     if dmeta.uid() != 0 {
-        return Err(unsafe_err(format!(
+        return Err(not_roots(format!(
             "its directory {} is owned by uid {}, not root",
             dir.display(),
             dmeta.uid()
@@ -80,7 +80,7 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
     }
     let sticky = dmeta.mode() & 0o1000 != 0;
     if dmeta.mode() & 0o022 != 0 && !sticky {
-        return Err(unsafe_err(format!(
+        return Err(not_roots(format!(
             "its directory {} (mode {:o}) is writable by group or others",
             dir.display(),
             dmeta.mode() & 0o7777
