@@ -185,7 +185,9 @@ impl TestBroker {
         self.dir.path().join(rel)
     }
 
-    fn write_config(&self) {
+    /// Write `broker.toml` from the fields as they are now (a test that
+    /// changes `tables` between two starts calls this before `spawn`).
+    pub fn write_config(&self) {
         let d = self.dir.path();
         let mut text = format!(
             "[broker]\n\

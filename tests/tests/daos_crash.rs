@@ -6,6 +6,7 @@
 //! on. From the job's start on, the restarted broker carries on: the job
 //! runs to its end, the cleanup runs or resumes, the next job follows.
 
+use gpuq_system_tests::cluster::NODES;
 use gpuq_system_tests::daos_site::*;
 use gpuq_system_tests::*;
 use std::time::Duration;
@@ -234,6 +235,78 @@ while [ ! -e go ]; do sleep 0.2; done
         s.log(id)
     );
     assert!(!s.state().join("blocked.json").exists());
+    s.assert_clean();
+}
+
+#[test]
+fn a_restarted_broker_whose_config_lost_the_leases_profile_holds_it_and_touches_nothing() {
+    require_cluster_env!();
+    require_env!();
+    let mut s = Site::up("dj-noprof");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let id = s.b.submit(
+        Some(&a),
+        &w,
+        &[
+            "--inst",
+            "test",
+            "--",
+            "sh",
+            "-c",
+            "while [ ! -e go ]; do sleep 0.2; done; touch ran",
+        ],
+    );
+    assert!(
+        eventually(120, || s.log(id).contains("starting the job")),
+        "{}",
+        s.log(id)
+    );
+    let lease = s.active_lease().unwrap()["lease"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hosts = ["cxl2", "da1", "da2", "da3", "da4"];
+    let before: Vec<Vec<String>> = hosts.iter().map(|h| s.containers(h)).collect();
+    // Restarted with a configuration that no longer has the lease's profile.
+    assert!(s.b.terminate().success());
+    let orig = s.b.tables.clone();
+    s.b.tables = orig.replace("[daos.profiles.test]", "[daos.profiles.renamed]");
+    assert_ne!(s.b.tables, orig);
+    s.b.write_config();
+    s.b.spawn();
+    let b = s.wait_held(id, 30);
+    let reason = b["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("cannot re-adopt") && reason.contains("'test'"),
+        "{reason}"
+    );
+    // The hold is written first, then the job's processes end and it is
+    // recorded lost.
+    assert!(
+        eventually(20, || s.b.state(id) == "lost"),
+        "{}: {}",
+        s.b.state(id),
+        s.log(id)
+    );
+    // The job's processes were ended: released now, it does not go on.
+    std::fs::write(w.join("go"), "").unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!w.join("ran").exists(), "the job ran on after the hold");
+    // Nothing of the lease was touched: every node still holds it, every
+    // host's containers are as they were.
+    for n in NODES {
+        assert_eq!(s.node_lease(n)["lease"], lease.as_str(), "{n}");
+    }
+    let after: Vec<Vec<String>> = hosts.iter().map(|h| s.containers(h)).collect();
+    assert_eq!(before, after);
+    // The profile back: recover cleans it all up.
+    assert!(s.b.terminate().success());
+    s.b.tables = orig;
+    s.b.write_config();
+    s.b.spawn();
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(r.status.success(), "{}\n{}", stderr(&r), s.log(id));
     s.assert_clean();
 }
 

@@ -1121,6 +1121,9 @@ impl Broker {
         lease: String,
     ) {
         let Some(daos) = self.daos_for(&lease) else {
+            // Held: the experiment cannot go on on a system this broker can
+            // no longer clean; its processes end now, not unsupervised.
+            let _ = self.runner.kill(job.id).await;
             return self.record_end(&job, &lost(format!("lease {lease}: cannot re-adopt it; it is held until an operator runs `sudo gpuq recover`")));
         };
         let local = self.local_for(&job);
