@@ -195,15 +195,7 @@ impl BrokerConfig {
             message,
         };
         let abs = |key: &'static str, p: Option<PathBuf>, default: &str| {
-            let p = p.unwrap_or_else(|| PathBuf::from(default));
-            if p.is_absolute() {
-                Ok(p)
-            } else {
-                Err(invalid(
-                    key,
-                    format!("expected an absolute path, got '{}'", p.display()),
-                ))
-            }
+            gpuq_lifecycle::config::absolute(key, p, default).map_err(|e| invalid(e.key, e.message))
         };
         let dur = |key: &'static str, v: Option<String>, default: &str| {
             let v = v.unwrap_or_else(|| default.to_string());

@@ -142,20 +142,24 @@ const RESERVED_ENV: [&str; 4] = [
     "GPUQ_JOB_ID",
 ];
 
+/// `p`, else `default`, if it is an absolute path; `key` names it in the
+/// refusal. The broker's own keys use the same rule.
+pub fn absolute(key: &'static str, p: Option<PathBuf>, default: &str) -> Result<PathBuf, Invalid> {
+    let p = p.unwrap_or_else(|| PathBuf::from(default));
+    if p.is_absolute() {
+        Ok(p)
+    } else {
+        Err(Invalid {
+            key,
+            message: format!("expected an absolute path, got '{}'", p.display()),
+        })
+    }
+}
+
 /// Check `[daos]` (enabled) and fill in its defaults.
 pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
     let invalid = |key: &'static str, message: String| Invalid { key, message };
-    let abs = |key: &'static str, p: Option<PathBuf>, default: &str| {
-        let p = p.unwrap_or_else(|| PathBuf::from(default));
-        if p.is_absolute() {
-            Ok(p)
-        } else {
-            Err(invalid(
-                key,
-                format!("expected an absolute path, got '{}'", p.display()),
-            ))
-        }
-    };
+    let abs = absolute;
     let required = |key: &'static str, v: Option<PathBuf>| {
         v.ok_or_else(|| invalid(key, "missing (required while [daos] is enabled)".into()))
     };
