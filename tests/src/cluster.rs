@@ -208,6 +208,29 @@ impl Cluster {
             .expect("run integration/cluster/ssh")
     }
 
+    /// Every container on `host`'s Podman, running or not: (name, state),
+    /// through its API socket.
+    pub fn containers(&self, host: &str) -> Vec<(String, String)> {
+        let (code, body) = self.http(
+            &self.podman_sock(host),
+            "GET",
+            "/v4.0.0/libpod/containers/json?all=true",
+            None,
+        );
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["Names"][0].as_str().unwrap_or("?").to_string(),
+                    c["State"].to_string(),
+                )
+            })
+            .collect()
+    }
+
     /// Run a command inside a host's network namespace.
     pub fn in_host(&self, host: &str, args: &[&str]) -> Output {
         self.id

@@ -114,18 +114,10 @@ impl Site {
 
     /// Every container on `host`'s own Podman (names and state).
     pub fn containers(&self, host: &str) -> Vec<String> {
-        let (code, body) = self.c.http(
-            &self.c.podman_sock(host),
-            "GET",
-            "/v4.0.0/libpod/containers/json?all=true",
-            None,
-        );
-        assert_eq!(code, 200, "{body}");
-        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|c| format!("{} {}", c["Names"][0].as_str().unwrap_or("?"), c["State"]))
+        self.c
+            .containers(host)
+            .into_iter()
+            .map(|(name, state)| format!("{name} {state}"))
             .collect()
     }
 

@@ -21,22 +21,6 @@ fn example() -> std::path::PathBuf {
     p
 }
 
-fn containers(c: &Cluster, host: &str) -> Vec<String> {
-    let (code, body) = c.http(
-        &c.podman_sock(host),
-        "GET",
-        "/v4.0.0/libpod/containers/json?all=true",
-        None,
-    );
-    assert_eq!(code, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["Names"][0].as_str().unwrap_or("?").to_string())
-        .collect()
-}
-
 #[test]
 fn a_lease_prepares_runs_a_users_command_and_cleans_up_without_a_broker() {
     require_cluster_env!();
@@ -116,9 +100,9 @@ fn a_lease_prepares_runs_a_users_command_and_cleans_up_without_a_broker() {
     assert_eq!(record["phase"], "released", "{record}");
     for host in ["cxl2", "da1", "da2", "da3", "da4"] {
         assert!(
-            eventually(10, || containers(&c, host).is_empty()),
+            eventually(10, || c.containers(host).is_empty()),
             "{host}: {:?}",
-            containers(&c, host)
+            c.containers(host)
         );
     }
     for n in NODES {
