@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::now;
 use crate::policy::{self, Gate, GateInputs};
 use crate::runner::{JobSpec, Outcome, Runner};
-use crate::store::{Ending, Job, NewJob, Store};
+use crate::store::{DaosPhase, Ending, Job, NewJob, Store};
 use bytes::Bytes;
 use gpuq_lease::Phase as LeasePhase;
 use gpuq_lifecycle::LocalSteps;
@@ -1069,7 +1069,7 @@ impl Broker {
             // one is not a preparation time).
             let secs = t0.elapsed().as_secs_f64();
             self.metrics.phase("prepare", secs);
-            if let Err(e) = self.store.daos_time(id, "prepare", secs) {
+            if let Err(e) = self.store.daos_time(id, DaosPhase::Prepare, secs) {
                 tracing::warn!(job = %id, "recording the preparation time: {e}");
             }
         }
@@ -1187,7 +1187,7 @@ impl Broker {
                 // held one ends with `gpuq recover`.
                 let secs = t.elapsed().as_secs_f64();
                 self.metrics.phase("cleanup", secs);
-                if let Err(e) = self.store.daos_time(id, "cleanup", secs) {
+                if let Err(e) = self.store.daos_time(id, DaosPhase::Cleanup, secs) {
                     tracing::warn!(job = %id, "recording the cleanup time: {e}");
                 }
                 tracing::info!(job = %id, "{m}")

@@ -408,19 +408,12 @@ impl Store {
 }
 
 impl Store {
-    /// Record how long a DAOS job's `phase` (`prepare` or `cleanup`) took.
+    /// Record how long a DAOS job's preparation or cleanup took.
     /// Not a queue change: the generation (the list cache's key) stays.
-    pub fn daos_time(&self, id: JobId, phase: &str, secs: f64) -> Result<(), StoreError> {
+    pub fn daos_time(&self, id: JobId, phase: DaosPhase, secs: f64) -> Result<(), StoreError> {
         let column = match phase {
-            "prepare" => "prepare_secs",
-            "cleanup" => "cleanup_secs",
-            other => {
-                return Err(StoreError::Corrupt {
-                    path: self.path.clone(),
-                    id: id.0,
-                    what: format!("no DAOS phase {other:?}"),
-                })
-            }
+            DaosPhase::Prepare => "prepare_secs",
+            DaosPhase::Cleanup => "cleanup_secs",
         };
         self.with(|c| {
             c.execute(
@@ -465,6 +458,15 @@ impl Store {
             rows.collect()
         })
     }
+}
+
+/// The two timed phases of a DAOS lease (`daos_times`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DaosPhase {
+    /// Lease to job start.
+    Prepare,
+    /// Job end to release.
+    Cleanup,
 }
 
 /// One ended job as `gpuq stats` counts it.
@@ -614,6 +616,48 @@ mod tests {
             time_limit_secs: 60,
             submitted_at: 1,
         }
+    }
+
+    #[test]
+    fn ended_jobs_come_with_their_daos_times_within_the_period_and_for_the_uid() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("q.db")).unwrap();
+        let mut daos = new_job(1000);
+        daos.inst = Some("inst1".into());
+        let a = store.insert(&daos, Path::new("/logs")).unwrap();
+        let b = store.insert(&new_job(1001), Path::new("/logs")).unwrap();
+        let c = store.insert(&new_job(1000), Path::new("/logs")).unwrap();
+        for (id, end) in [(a.id, 100), (b.id, 200), (c.id, 300)] {
+            assert!(store.mark_running(id, 10).unwrap());
+            let e = Ending {
+                state: JobState::Completed,
+                exit_code: Some(0),
+                signal: None,
+                reason: None,
+                ended_at: end,
+            };
+            assert!(store.finish(id, JobState::Running, &e).unwrap());
+        }
+        let g = store.generation();
+        store.daos_time(a.id, DaosPhase::Prepare, 4.5).unwrap();
+        store.daos_time(a.id, DaosPhase::Cleanup, 2.0).unwrap();
+        store.daos_time(a.id, DaosPhase::Prepare, 5.5).unwrap(); // the last one counts
+        assert_eq!(store.generation(), g, "a time is not a queue change");
+        let all = store.ended_between(0, 1000, None).unwrap();
+        assert_eq!(all.len(), 3);
+        assert!(
+            all[0].daos && all[0].prepare_secs == Some(5.5) && all[0].cleanup_secs == Some(2.0)
+        );
+        assert!(!all[1].daos && all[1].prepare_secs.is_none());
+        // [since, until): 300 is out of [100, 300).
+        let some = store.ended_between(100, 300, None).unwrap();
+        assert_eq!(
+            some.iter().map(|j| j.ended_at).collect::<Vec<_>>(),
+            [100, 200]
+        );
+        let mine = store.ended_between(0, 1000, Some(1001)).unwrap();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].uid, 1001);
     }
 
     #[test]
