@@ -175,9 +175,12 @@ fn a_broker_restarted_during_a_daos_job_keeps_the_job_and_its_daos_system() {
     let w = s.b.workdir(Some(&a), "alice");
     let g = bin("gpuq").display().to_string();
     // The job queries its DAOS system before and after the restart, through
-    // the broker each time (daos-exec), and waits for `go` in between.
+    // the broker each time (daos-exec), and waits for `go` in between; a
+    // third session is still running in its client container when the
+    // broker stops (`in-session` appears once it runs there).
     let script = format!(
         r#"{g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > before.json
+{g} daos-exec -- sh -c 'touch in-session; exec sleep 600' > session.out 2>&1 &
 while [ ! -e go ]; do sleep 0.2; done
 {g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > after.json
 "#
@@ -193,11 +196,25 @@ while [ ! -e go ]; do sleep 0.2; done
         "{}",
         s.log(id)
     );
+    assert!(
+        eventually(60, || w.join("in-session").exists()),
+        "{}",
+        s.log(id)
+    );
     let lease = s.active_lease().unwrap()["lease"]
         .as_str()
         .unwrap()
         .to_string();
-    // A restart as systemd (or a package upgrade followed by one) does it.
+    let clients = |s: &Site| -> Vec<String> {
+        s.containers("cxl2")
+            .into_iter()
+            .filter(|c| c.starts_with(&format!("gpuq-{lease}-client-")))
+            .collect()
+    };
+    let before = clients(&s);
+    assert_eq!(before.len(), 1, "{before:?}");
+    // A restart as systemd (or a package upgrade followed by one) does it,
+    // here with a `daos-exec` session running.
     let st = s.b.terminate();
     assert!(st.success(), "{st}");
     s.b.spawn();
@@ -212,6 +229,23 @@ while [ ! -e go ]; do sleep 0.2; done
     assert!(
         !s.state().join("blocked.json").exists(),
         "held:\n{}",
+        s.log(id)
+    );
+    // That session ended with the broker that ran it: its caller was told,
+    // and the restarted broker removed its container before serving.
+    assert!(
+        eventually(30, || std::fs::read_to_string(w.join("session.out"))
+            .is_ok_and(|o| o.contains("ended the session"))),
+        "{:?}",
+        std::fs::read_to_string(w.join("session.out"))
+    );
+    assert_eq!(clients(&s), Vec::<String>::new(), "{}", s.log(id));
+    let name = before[0].split(' ').next().unwrap();
+    assert!(
+        s.log(id).contains(&format!(
+            "daos-exec sessions of the previous broker (ended with it): removed {name}"
+        )),
+        "{}",
         s.log(id)
     );
     std::fs::write(w.join("go"), "").unwrap();

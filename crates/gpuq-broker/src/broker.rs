@@ -21,7 +21,7 @@ use crate::policy::{self, Gate, GateInputs};
 use crate::runner::{JobSpec, Outcome, Runner};
 use crate::store::{DaosPhase, Ending, Job, NewJob, Store};
 use bytes::Bytes;
-use gpuq_lease::Phase as LeasePhase;
+use gpuq_lease::{Lease, Phase as LeasePhase};
 use gpuq_lifecycle::LocalSteps;
 use gpuq_protocol::duration;
 use gpuq_protocol::{
@@ -672,6 +672,7 @@ impl Broker {
                         // Its system is up and its job was left running (or
                         // ended meanwhile): carry on where it was.
                         tracing::info!(job = %job.id, lease = %l.lease, "re-adopting a DAOS job");
+                        self.end_stale_sessions(&job, l).await;
                         let (tx, rx) = oneshot::channel();
                         self.running_guard().insert(job.id, Some(tx));
                         tokio::spawn(Arc::clone(self).adopt_daos(job, rx, l.lease.clone()));
@@ -1135,6 +1136,27 @@ impl Broker {
             .wait_job(job.id, Self::deadline_of(&job), &mut cancel)
             .await;
         self.end_daos_job(&job, why, &daos, &lease, &local).await;
+    }
+
+    /// Before a client can connect: the `daos-exec` sessions the previous
+    /// broker ran ended with it (their callers were told so), so their
+    /// client containers go now, not at cleanup, and nothing runs in them
+    /// unsupervised. A failure is noted; the cleanup removes them anyway.
+    async fn end_stale_sessions(&self, job: &Job, lease: &Lease) {
+        let Some(daos) = self.daos.as_ref() else {
+            return;
+        };
+        let local = self.local_for(job);
+        let what = match daos.host(&lease.profile) {
+            Ok(host) => match host.remove_clients(&lease.lease).await {
+                Ok(what) => what,
+                Err(e) => format!("their client containers stay until cleanup: {e}"),
+            },
+            Err(e) => e,
+        };
+        local.note(&format!(
+            "daos-exec sessions of the previous broker (ended with it): {what}"
+        ));
     }
 
     /// The DAOS side, if `lease`'s profile (from its record) is still in

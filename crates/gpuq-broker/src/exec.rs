@@ -260,9 +260,13 @@ impl Broker {
         let agent = host.agent_dir(&lease.lease);
         let image = ImageId::parse(&profile.client_image)
             .map_err(|e| ApiError::Conflict(format!("client image: {e}")))?;
+        // Unique across broker restarts too: a broker that died during a
+        // session may have left its container behind (removed when the
+        // lease is re-adopted or cleaned), and a new one must not collide.
         let name = format!(
-            "gpuq-{}-client-{}",
+            "gpuq-{}-client-{}-{}",
             lease.lease,
+            std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
         // Every check has passed. The checked directories are bind-mounted
