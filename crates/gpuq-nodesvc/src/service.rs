@@ -761,8 +761,20 @@ impl<P: Podman> NodeService<P> {
         };
         let detail = match plan {
             Plan::Nothing => {
-                // A repeat after a wipe cut short before its end.
+                // A repeat after a wipe cut short before its end, or after
+                // one that ended here while the broker that asked for it
+                // died: the audit shows this attempt too (on a node that
+                // has this lease's directory; none is made for it).
                 remove_server_certs(&lease_dir)?;
+                if std::fs::symlink_metadata(&lease_dir).is_ok_and(|m| m.is_dir()) {
+                    audit::append(
+                        &lease_dir,
+                        "wipe",
+                        "repeat",
+                        "asked again: nothing of this lease is left on this node",
+                    )
+                    .map_err(io("audit"))?;
+                }
                 return Ok(StepReport {
                     node: self.node_name().to_string(),
                     lease: lease.to_string(),

@@ -126,18 +126,21 @@ TOML
   printf '\n[daos.profiles.inst1]\nimage = "%s"\nreplicas = ["%s"]\n' "$IMAGE" "$(addr da1)"
 } >/etc/gpuq-site/broker.toml
 chmod 644 /etc/gpuq-site/broker.toml
-setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug /usr/local/sbin/gpuq-broker --config /etc/gpuq-site/broker.toml \
-  </dev/null >>/var/log/gpuq-site/broker.log 2>&1 &
-echo $! >/var/lib/gpuq-site/broker.pid
-i=0; until [ -S /run/gpuq-site/broker.sock ] && gq list >/dev/null 2>&1; do
-  i=$((i+1)); [ $i -lt 120 ] || fail broker-start "no socket"; sleep 0.5
-done
-# The four node links (one ssh master each; under TCG a master takes
-# ~7 s of the nodelink's fixed 5+2 s limit when all four connect at once,
-# so they may need a retry or two).
-i=0; until [ "$(gq daos-status | grep -Ec '^da[1-4] +up ')" = 4 ]; do
-  i=$((i+1)); [ $i -lt 240 ] || fail broker-links "links not up after 120 s: $(gq daos-status 2>&1)"; sleep 0.5
-done
+start_broker() {
+  setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug /usr/local/sbin/gpuq-broker --config /etc/gpuq-site/broker.toml \
+    </dev/null >>/var/log/gpuq-site/broker.log 2>&1 &
+  echo $! >/var/lib/gpuq-site/broker.pid
+  i=0; until [ -S /run/gpuq-site/broker.sock ] && gq list >/dev/null 2>&1; do
+    i=$((i+1)); [ $i -lt 120 ] || fail broker-start "no socket"; sleep 0.5
+  done
+  # The four node links (one ssh master each; under TCG a master takes
+  # ~7 s of the nodelink's fixed 5+2 s limit when all four connect at once,
+  # so they may need a retry or two).
+  i=0; until [ "$(gq daos-status | grep -Ec '^da[1-4] +up ')" = 4 ]; do
+    i=$((i+1)); [ $i -lt 240 ] || fail broker-links "links not up after 120 s: $(gq daos-status 2>&1)"; sleep 0.5
+  done
+}
+start_broker
 mark broker-start-links-up
 ok broker-start
 
@@ -196,15 +199,46 @@ done
 zero_range "$BYSTANDER" 0 $((8 << 20)) || fail data "$BYSTANDER (on no allowlist) was written"
 ok data-on-every-allowlisted-namespace-during-the-job
 last=$(date +%s.%N)
+JOBLOG=$(field "$(gq status "$id" --json)" log_path)
 touch /w/alice/go
+# The broker is killed (SIGKILL: no clean stop) during the cleanup's wipe,
+# once each node has begun it: its helper holds one of its namespaces open
+# (the wipe's exclusive handle), or has already recorded the wipe in its
+# audit. The helpers go on without the broker.
+i=0; until grep -q 'cleanup stop_servers: ' "$JOBLOG"; do
+  i=$((i+1)); [ $i -lt 6000 ] || fail kill-during-wipe "the cleanup did not reach the wipe: $(tail -n 20 "$JOBLOG")"
+  sleep 0.05
+done
+helper_pid() { awk -v h="$1" '$1 == "pid" && $2 == h && $3 == "node" {print $4; exit}' "$D/manifest"; }
+begun=""
+i=0; until [ "$(echo $begun | wc -w)" = 4 ]; do
+  for n in da1 da2 da3 da4; do
+    case " $begun " in *" $n "*) continue ;; esac
+    if ls -l "/proc/$(helper_pid $n)/fd" 2>/dev/null | grep -q ' -> /dev/nvme' \
+      || grep -q '"step":"wipe"' "$D/$n/jobs/$LEASE/audit.jsonl" 2>/dev/null; then
+      begun="$begun $n"
+    fi
+  done
+  i=$((i+1)); [ $i -lt 600 ] || fail kill-during-wipe "the wipe began on only [$begun]: $(tail -n 20 "$JOBLOG")"
+done
+kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
+mark job-end-to-wipe-kill-9
+grep -q 'cleanup wipe' "$JOBLOG" && fail kill-during-wipe "the wipe had ended before the kill: $(tail -n 20 "$JOBLOG")"
+# A new broker (as systemd's Restart= starts it) carries the cleanup on
+# from its first unconfirmed step, the wipe: asked again, each node either
+# finds nothing of the lease left (and says so in its audit) or wipes.
+start_broker
+mark broker-restart-links-up
 wait_state "$id" completed 120
-mark experiment-end
 i=0; while [ -e /var/lib/gpuq-site/state/active.json ]; do
   i=$((i+1)); [ $i -lt 1200 ] || fail release "lease $LEASE not released after 600 s"
   [ -e /var/lib/gpuq-site/state/blocked.json ] && fail release "held: $(cat /var/lib/gpuq-site/state/blocked.json)"
   sleep 0.5
 done
-mark cleanup-to-released
+mark restart-to-released
+sed -n "/resumes the cleanup of lease $LEASE/,\$p" "$JOBLOG" | grep -q '^.*cleanup wipe: ' \
+  || fail kill-during-wipe "no wipe after the restart: $(tail -n 20 "$JOBLOG")"
+ok kill-9-during-the-wipe-a-restarted-broker-repeats-the-wipe-and-releases
 
 # After release: zeros where data was, no signature, audits, no metadata.
 echo "$ALLOW" | while read -r n s p i; do
@@ -224,6 +258,8 @@ echo "$ALLOW" | while read -r n s p i; do
   grep -q '"result": "wiped"' "$a" || fail audit "$n: $a: $(cat "$a")"
   grep -q "\"bytes_discarded\": $GIB" "$a" || fail audit "$n: $a: not the whole namespace: $(cat "$a")"
   grep -q '"wipe"' "$j/audit.jsonl" || fail audit "$n: no wipe line in audit.jsonl"
+  # Both attempts: the wipe before the kill, and the repeat after it.
+  [ "$(grep -c '"step":"wipe"' "$j/audit.jsonl")" -ge 2 ] || fail audit "$n: not both wipe attempts in $(cat "$j/audit.jsonl")"
   [ ! -e "$j/control_meta" ] || fail metadata "$n: $j/control_meta still there"
   [ ! -e "$D/$n/jobs/active-lease" ] || fail release "$n: node lease record left"
 done
