@@ -108,19 +108,49 @@ fn image() -> PathBuf {
     dir
 }
 
-/// What the guest gets on its read-only files disk: our binaries (debug
-/// info stripped: the disk is copied into an image per boot), the guest
-/// scripts, the test cluster's scripts and the simulator's image (archive
-/// and ID) that its hosts load.
+/// The release binaries the packages ship (`integration/package`, which
+/// `tests/run` runs before the tests: glibc 2.28, cargo-zigbuild).
+fn release_dir() -> PathBuf {
+    bin_dir()
+        .parent()
+        .map(|t| t.join("zig/x86_64-unknown-linux-gnu/release"))
+        .unwrap_or_else(|| workspace_root().join("target/zig/x86_64-unknown-linux-gnu/release"))
+}
+
+/// What the guest gets on its read-only files disk: the binaries a site
+/// runs — the packages' release builds of `gpuq`, `gpuq-broker` and
+/// `gpuq-node`, and the simulator's static release build (the one in its
+/// image) — with debug info stripped (the disk is copied into an image per
+/// boot); the guest scripts, the test cluster's scripts and the simulator's
+/// image (archive and ID) that its hosts load. Under TCG every instruction
+/// is emulated: unoptimised debug builds made the guest's steps several
+/// times slower (docs/benchmarks.md).
 fn stage(dir: &Path) {
-    for b in ["gpuq-broker", "gpuq", "daos-sim", "gpuq-node"] {
+    let (archive, image) = sim_image();
+    let sim = bin_dir()
+        .parent()
+        .unwrap()
+        .join("x86_64-unknown-linux-gnu/release/daos-sim");
+    let rel = release_dir();
+    let bins = [
+        rel.join("gpuq-broker"),
+        rel.join("gpuq"),
+        rel.join("gpuq-node"),
+        sim,
+    ];
+    for b in &bins {
+        assert!(
+            b.is_file(),
+            "no {} — the site VM runs the release binaries: run integration/package first (tests/run does)",
+            b.display()
+        );
         let st = Command::new("objcopy")
             .arg("--strip-debug")
-            .arg(bin_dir().join(b))
-            .arg(dir.join(b))
+            .arg(b)
+            .arg(dir.join(b.file_name().unwrap()))
             .status()
             .expect("run objcopy (binutils)");
-        assert!(st.success(), "objcopy {b}");
+        assert!(st.success(), "objcopy {}", b.display());
     }
     std::fs::copy(
         workspace_root().join("systemd/gpuq-broker.service"),
@@ -141,7 +171,6 @@ fn stage(dir: &Path) {
         let e = e.unwrap();
         std::fs::copy(e.path(), cluster.join(e.file_name())).expect("copy a cluster script");
     }
-    let (archive, image) = sim_image();
     std::fs::copy(&archive, dir.join("daos-sim-image.tar")).expect("copy the simulator image");
     std::fs::write(dir.join("image-id"), image).unwrap();
 }
