@@ -292,6 +292,8 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "broker-start",
             "inst-job-created-pool-container-and-wrote-through-daos-exec",
             "data-on-every-allowlisted-namespace-during-the-job",
+            "daos-exec-from-outside-the-job-is-refused",
+            "kill-9-during-the-wipe-a-restarted-broker-repeats-the-wipe-and-releases",
             "wipe-left-zeros-no-signature-audits-and-no-metadata",
             "lease-released-no-containers-left",
             "next-job-runs",
@@ -324,12 +326,31 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
 }
 
 #[test]
-fn a_cgroup_v1_only_site_vm_runs_jobs_under_systemd_as_on_el8() {
+fn a_cgroup_v1_only_site_vm_runs_jobs_and_an_inst_job_with_daos_exec_under_systemd_as_on_el8() {
     if let Some(why) = skip_reason() {
         cannot_run("site_vm (cgroup v1)", &why);
         return;
     }
     let vm = Vm::boot(true);
+    // EL8's cgroup v1: an --inst job under the systemd runner, `gpuq
+    // daos-exec` from inside it (the caller's job found from systemd's own
+    // hierarchy: there is no `0::` line), and from outside refused.
+    vm.checks(
+        1200,
+        "SITE_SCENARIOS=inst bash /gpuq/site-physical.sh",
+        &[
+            "cluster-up-with-four-physical-nodes",
+            "broker-start",
+            "inst-job-created-pool-container-and-wrote-through-daos-exec",
+            "data-on-every-allowlisted-namespace-during-the-job",
+            "daos-exec-from-outside-the-job-is-refused",
+            "wipe-left-zeros-no-signature-audits-and-no-metadata",
+            "lease-released-no-containers-left",
+            "next-job-runs",
+            "inst-cancel-ends-the-unit-and-releases",
+            "inst-time-limit-ends-the-unit-and-releases",
+        ],
+    );
     let mut want = vec!["cgroup-mode-v1"];
     want.extend(RUNNER_CHECKS);
     vm.checks(300, "SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
