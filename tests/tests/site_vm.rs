@@ -117,6 +117,24 @@ fn release_dir() -> PathBuf {
         .unwrap_or_else(|| workspace_root().join("target/zig/x86_64-unknown-linux-gnu/release"))
 }
 
+/// A source of release binary `bin` changed after it was built (by the
+/// dependency list cargo writes beside it, `bin.d`), if one did.
+fn stale_source(bin: &Path) -> Option<PathBuf> {
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok()?;
+    let dep = bin.with_extension("d");
+    let text = std::fs::read_to_string(&dep)
+        .unwrap_or_else(|e| panic!("{}: {e} (run integration/package again)", dep.display()));
+    let (_, sources) = text.split_once(": ")?;
+    sources
+        .split_whitespace()
+        .map(PathBuf::from)
+        .find(|p| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .map_or(true, |t| t > built)
+        })
+}
+
 /// What the guest gets on its read-only files disk: the binaries a site
 /// runs — the packages' release builds of `gpuq`, `gpuq-broker` and
 /// `gpuq-node`, and the simulator's static release build (the one in its
@@ -144,6 +162,15 @@ fn stage(dir: &Path) {
             "no {} — the site VM runs the release binaries: run integration/package first (tests/run does)",
             b.display()
         );
+        if b.starts_with(&rel) {
+            if let Some(src) = stale_source(b) {
+                panic!(
+                    "{} is older than its source {} (or that is gone): the site VM runs the release binaries — run integration/package again",
+                    b.display(),
+                    src.display()
+                );
+            }
+        }
         let st = Command::new("objcopy")
             .arg("--strip-debug")
             .arg(b)

@@ -22,6 +22,7 @@ D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
 GIB=1073741824
+state_dir=/var/lib/gpuq-site/state
 T0=$(date +%s.%N)
 last=$T0
 # Helpers this script froze (SIGSTOP), let go again by thaw (also on failure).
@@ -390,7 +391,6 @@ node_state() {
 # detector here, not a defence) is 2.6 times faster than SHA-256 in the guest.
 writes_of() { awk '{print "writes", $5, "sectors", $7, "discards", $12, "sectors", $14}' "/sys/block/$(basename "$1")/stat"; }
 sum_of() { md5sum <"$1" | cut -c1-32; }
-state_dir=/var/lib/gpuq-site/state
 
 # --- scenario 2: a partition table on da2's namespace --------------------------
 # An MBR with one Linux partition (LBA 2048, 32 MiB), as fdisk writes it;
