@@ -125,14 +125,11 @@ fn stale_source(bin: &Path) -> Option<PathBuf> {
     let text = std::fs::read_to_string(&dep)
         .unwrap_or_else(|e| panic!("{}: {e} (run integration/package again)", dep.display()));
     let (_, sources) = text.split_once(": ")?;
-    sources
-        .split_whitespace()
-        .map(PathBuf::from)
-        .find(|p| {
-            std::fs::metadata(p)
-                .and_then(|m| m.modified())
-                .map_or(true, |t| t > built)
-        })
+    sources.split_whitespace().map(PathBuf::from).find(|p| {
+        std::fs::metadata(p)
+            .and_then(|m| m.modified())
+            .map_or(true, |t| t > built)
+    })
 }
 
 /// What the guest gets on its read-only files disk: the binaries a site

@@ -183,7 +183,13 @@ async fn start_by_id_then_stop_and_wipe_only_what_is_ours() {
         .collect();
     assert_eq!(
         steps,
-        ["start:ok", "stop:ok", "wipe:ok", "release:ok", "wipe:repeat"],
+        [
+            "start:ok",
+            "stop:ok",
+            "wipe:ok",
+            "release:ok",
+            "wipe:repeat"
+        ],
         "{audit}"
     );
 }

@@ -276,7 +276,13 @@ async fn a_renamed_physical_profile_holds_the_wipe_until_the_config_is_restored(
     assert!(restored.wipe("L1").await.unwrap().already_done);
     assert_eq!(
         site.audit("L1"),
-        ["wipe:refused", "wipe:refused", "wipe:ok", "release:ok", "wipe:repeat"]
+        [
+            "wipe:refused",
+            "wipe:refused",
+            "wipe:ok",
+            "release:ok",
+            "wipe:repeat"
+        ]
     );
 }
 
