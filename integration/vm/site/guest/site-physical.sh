@@ -62,6 +62,15 @@ finish() {
   echo "SITE-DONE"
   exit 0
 }
+# Until the active lease is released (failing WHAT if it is held, or
+# still there after SECS).
+wait_released() { # what secs
+  i=0; while [ -e $state_dir/active.json ]; do
+    i=$((i+1)); [ $i -lt $(($2 * 2)) ] || fail "$1" "lease not released after $2 s"
+    [ -e $state_dir/blocked.json ] && fail "$1" "held: $(cat $state_dir/blocked.json)"
+    sleep 0.5
+  done
+}
 
 # The namespace of controller SERIAL with NSID, e.g. /dev/nvme2n1.
 dev_of() { # serial nsid
@@ -281,22 +290,14 @@ grep -q 'cleanup wipe' "$JOBLOG" && fail kill-during-wipe "the wipe had ended be
 start_broker
 mark broker-restart-links-up
 wait_state "$id" completed 120
-i=0; while [ -e /var/lib/gpuq-site/state/active.json ]; do
-  i=$((i+1)); [ $i -lt 1200 ] || fail release "lease $LEASE not released after 600 s"
-  [ -e /var/lib/gpuq-site/state/blocked.json ] && fail release "held: $(cat /var/lib/gpuq-site/state/blocked.json)"
-  sleep 0.5
-done
+wait_released release 600
 mark restart-to-released
 sed -n "/resumes the cleanup of lease $LEASE/,\$p" "$JOBLOG" | grep -q '^.*cleanup wipe: ' \
   || fail kill-during-wipe "no wipe after the restart: $(tail -n 20 "$JOBLOG")"
 ok kill-9-during-the-wipe-a-restarted-broker-repeats-the-wipe-and-releases
 else
   wait_state "$id" completed 120
-  i=0; while [ -e /var/lib/gpuq-site/state/active.json ]; do
-    i=$((i+1)); [ $i -lt 1200 ] || fail release "lease $LEASE not released after 600 s"
-    [ -e /var/lib/gpuq-site/state/blocked.json ] && fail release "held: $(cat /var/lib/gpuq-site/state/blocked.json)"
-    sleep 0.5
-  done
+  wait_released release 600
   mark cleanup-to-released
 fi
 
@@ -347,11 +348,7 @@ if [ "$ALL" = 0 ]; then
   # released as after any end.
   unit_active() { systemctl is-active -q "gpuq-job-$1.service"; }
   released() { # id what
-    i=0; while [ -e $state_dir/active.json ]; do
-      i=$((i+1)); [ $i -lt 600 ] || fail "$2" "lease not released after 300 s"
-      [ -e $state_dir/blocked.json ] && fail "$2" "held: $(cat $state_dir/blocked.json)"
-      sleep 0.5
-    done
+    wait_released "$2" 300
     ! unit_active "$1" || fail "$2" "gpuq-job-$1.service still active"
   }
   idc=$(as_alice gpuq submit --inst inst1 -- sleep 600) || fail inst-cancel "submit"
