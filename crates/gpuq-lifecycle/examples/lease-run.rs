@@ -5,12 +5,17 @@
 //!
 //! ```text
 //! lease-run --config broker.toml --state DIR --profile NAME --lease NAME \
-//!           --uid UID --gid GID -- CMD [ARGS...]
+//!           --uid UID --gid GID --time LIMIT -- CMD [ARGS...]
 //! ```
+//!
+//! `--time` (e.g. `90s`, `30m`, as `gpuq submit --time`) bounds the
+//! command: past it, its process is killed (SIGKILL; what it started
+//! itself is not followed: the broker's runners end the job's whole cgroup
+//! or unit) and the cleanup runs; the exit status is then 124.
 //!
 //! Reads `[daos]` of the (root's) configuration, keeps the lease records in
 //! `DIR`, and must run where the broker would (its network namespace, as
-//! root). Exit status: the command's; 70 if the preparation failed (the
+//! root). Exit status: the command's (124 past `--time`); 70 if the preparation failed (the
 //! lease was cleaned up), 75 if the cleanup did not finish (the lease is
 //! held in `DIR`; `recover` is the broker's). `tests/lease_run.rs` runs it
 //! against the test cluster.
@@ -81,6 +86,10 @@ fn run() -> Result<u8, String> {
     let lease = arg(opts, "--lease")?;
     let uid: u32 = arg(opts, "--uid")?.parse().map_err(|_| "--uid: a number")?;
     let gid: u32 = arg(opts, "--gid")?.parse().map_err(|_| "--gid: a number")?;
+    let limit = std::time::Duration::from_secs(
+        gpuq_protocol::duration::parse(&arg(opts, "--time")?)
+            .map_err(|e| format!("--time: {e}"))?,
+    );
     let text = gpuq_conffile::read_trusted(&config).map_err(|e| e.to_string())?;
     let file: File = gpuq_conffile::parse_toml(&config, &text).map_err(|e| e.to_string())?;
     let cfg = gpuq_lifecycle::config::parse(file.daos)
@@ -108,7 +117,7 @@ fn run() -> Result<u8, String> {
                 // As the user, with no group of root's: setpriv (the
                 // broker's runners drop privileges through gpuq-sys, the
                 // one crate allowed raw system calls).
-                let mut child = std::process::Command::new("setpriv")
+                let mut child = tokio::process::Command::new("setpriv")
                     .arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={gid}"))
                     .arg("--clear-groups")
@@ -119,14 +128,25 @@ fn run() -> Result<u8, String> {
                     .envs(env)
                     .spawn()
                     .map_err(|e| format!("setpriv {}: {e}", cmd[0]))?;
-                *job.pid.lock().unwrap_or_else(|p| p.into_inner()) = Some(child.id() as i32);
-                let status = tokio::task::spawn_blocking(move || child.wait())
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
+                *job.pid.lock().unwrap_or_else(|p| p.into_inner()) = child.id().map(|p| p as i32);
+                let code = match tokio::time::timeout(limit, child.wait()).await {
+                    Ok(status) => {
+                        let status = status.map_err(|e| e.to_string())?;
+                        job.note(&format!("the command ended: {status}"));
+                        status.code().unwrap_or(1).clamp(0, 255) as u8
+                    }
+                    Err(_) => {
+                        child.start_kill().map_err(|e| e.to_string())?;
+                        let status = child.wait().await.map_err(|e| e.to_string())?;
+                        job.note(&format!(
+                            "the command ran past --time ({}s): killed ({status})",
+                            limit.as_secs()
+                        ));
+                        124
+                    }
+                };
                 *job.pid.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                job.note(&format!("the command ended: {status}"));
-                status.code().unwrap_or(1).clamp(0, 255) as u8
+                code
             }
         };
         let code = match daos.cleanup_for(&lease, &job).await {

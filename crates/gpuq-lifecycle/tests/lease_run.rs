@@ -45,7 +45,7 @@ fn a_lease_prepares_runs_a_users_command_and_cleans_up_without_a_broker() {
     std::fs::create_dir(&out).unwrap();
     std::os::unix::fs::chown(&out, Some(61001), Some(61001)).unwrap();
     let script = format!(
-        "id -u > {o}/uid; id -G > {o}/groups; {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > {o}/query.json",
+        "id -u > {o}/uid; id -G > {o}/groups; {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > {o}/query.json; exec sleep 600",
         o = out.display(),
         dmg = dmg_on_host()
     );
@@ -58,6 +58,9 @@ fn a_lease_prepares_runs_a_users_command_and_cleans_up_without_a_broker() {
         .args(["--state", &state.display().to_string()])
         .args(["--profile", "test", "--lease", "lr-1"])
         .args(["--uid", "61001", "--gid", "61001"])
+        // The command ends in a long sleep: the limit ends it, then the
+        // cleanup runs.
+        .args(["--time", "30s"])
         .args(["--", "bash", "-c", &script])
         .output()
         .unwrap();
@@ -69,7 +72,11 @@ fn a_lease_prepares_runs_a_users_command_and_cleans_up_without_a_broker() {
         );
     }
     let log = stderr(&run);
-    assert!(run.status.success(), "{}\n{log}", run.status);
+    assert_eq!(run.status.code(), Some(124), "{}\n{log}", run.status);
+    assert!(
+        log.contains("the command ran past --time (30s): killed"),
+        "{log}"
+    );
     // The command ran as alice, with none of root's groups, against the
     // lease's four joined ranks.
     let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
