@@ -183,6 +183,14 @@ impl Site {
         self.b.job(id)
     }
 
+    /// Submit, as `user` in `dir`, a job on profile `test` that waits for
+    /// `dir/go` and then runs the shell line `then` (empty: nothing).
+    pub fn submit_inst_until_go(&self, user: Option<&User>, dir: &Path, then: &str) -> u64 {
+        let script = format!("while [ ! -e go ]; do sleep 0.2; done; {then}");
+        self.b
+            .submit(user, dir, &["--inst", "test", "--", "sh", "-c", &script])
+    }
+
     pub fn set_fault(&self, node: &str, faults: &str) {
         std::fs::write(
             self.c.dir().join(node).join("faults/daos-sim-faults"),

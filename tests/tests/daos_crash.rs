@@ -279,18 +279,7 @@ fn a_restarted_broker_whose_config_lost_the_leases_profile_holds_it_and_touches_
     let mut s = Site::up("dj-noprof");
     let a = alice();
     let w = s.b.workdir(Some(&a), "alice");
-    let id = s.b.submit(
-        Some(&a),
-        &w,
-        &[
-            "--inst",
-            "test",
-            "--",
-            "sh",
-            "-c",
-            "while [ ! -e go ]; do sleep 0.2; done; touch ran",
-        ],
-    );
+    let id = s.submit_inst_until_go(Some(&a), &w, "touch ran");
     assert!(
         eventually(120, || s.log(id).contains("starting the job")),
         "{}",

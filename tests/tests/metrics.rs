@@ -281,18 +281,7 @@ fn a_daos_jobs_steps_move_the_histograms_and_the_nodes_report_their_own() {
     let a = alice();
     let w = s.b.workdir(Some(&a), "alice");
     let go = w.join("go");
-    let id = s.b.submit(
-        Some(&a),
-        &w,
-        &[
-            "--inst",
-            "test",
-            "--",
-            "sh",
-            "-c",
-            "while [ ! -e go ]; do sleep 0.2; done",
-        ],
-    );
+    let id = s.submit_inst_until_go(Some(&a), &w, "");
     s.b.wait_state(id, "running", 30);
     assert!(
         eventually(120, || s.log(id).contains("starting the job")),
