@@ -1020,7 +1020,7 @@ impl Broker {
             .map(|d| (Arc::clone(d), d.host(&profile)))
         {
             Some((d, Ok(h))) => (d, h),
-            Some((_, Err(e))) => return self.record_end(&job, &fail_early(e)),
+            Some((_, Err(e))) => return self.record_end(&job, &fail_early(e.to_string())),
             None => {
                 return self.record_end(
                     &job,
@@ -1152,7 +1152,7 @@ impl Broker {
                 Ok(what) => what,
                 Err(e) => format!("their client containers stay until cleanup: {e}"),
             },
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         local.note(&format!(
             "daos-exec sessions of the previous broker (ended with it): {what}"
@@ -1277,7 +1277,7 @@ impl Broker {
             log,
             metrics: &self.metrics,
         };
-        let r = daos.recover(&local).await.map_err(ApiError::Conflict);
+        let r = daos.recover(&local).await.map_err(ApiError::from);
         self.wake.notify_one();
         r
     }

@@ -43,6 +43,9 @@ pub enum ApiError {
     Runner(#[from] crate::runner::RunnerError),
     #[error("maintenance file: {0}")]
     LockFile(std::io::Error),
+    /// The DAOS lease (`gpuq recover`, `gpuq daos-exec`'s host part).
+    #[error(transparent)]
+    Daos(#[from] gpuq_lifecycle::DaosError),
 }
 
 impl ApiError {
@@ -63,6 +66,7 @@ impl ApiError {
             ApiError::Log(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
             ApiError::Runner(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
             ApiError::LockFile(_) => (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal),
+            ApiError::Daos(e) => daos_status(e),
         }
     }
 
@@ -72,5 +76,80 @@ impl ApiError {
             // One line: the client prints it as is.
             error: self.to_string().replace('\n', "; "),
         }
+    }
+}
+
+/// A DAOS failure's status: the lease's state forbids what was asked
+/// (conflict), a node cannot be reached now (unavailable), or this host's
+/// own records or Podman failed (internal).
+fn daos_status(e: &gpuq_lifecycle::DaosError) -> (StatusCode, ErrorCode) {
+    use gpuq_lifecycle::{DaosError as D, LifecycleError as L};
+    let conflict = (StatusCode::CONFLICT, ErrorCode::Conflict);
+    let internal = (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal);
+    match e {
+        D::Stopped | D::UnknownProfile(_) | D::BadPin { .. } | D::Unconfigured { .. } => conflict,
+        D::LinksDown { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+        D::Host { .. } | D::Lease { .. } => internal,
+        D::Lifecycle(l) => match l {
+            L::Refused { .. } | L::Held { .. } | L::NothingToRecover => conflict,
+            L::Lease(_) => internal,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuq_lifecycle::{DaosError, LifecycleError};
+
+    #[test]
+    fn daos_failures_map_to_the_status_of_what_the_caller_can_do() {
+        let status = |e: DaosError| ApiError::from(e).status_and_code().0;
+        assert_eq!(
+            status(LifecycleError::NothingToRecover.into()),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status(DaosError::UnknownProfile("gone".into())),
+            StatusCode::CONFLICT
+        );
+        let held = LifecycleError::Held {
+            lease: "L1".into(),
+            step: "wipe".into(),
+            failures: vec!["da3: down".into()],
+        };
+        assert_eq!(status(held.into()), StatusCode::CONFLICT);
+        let down = DaosError::LinksDown {
+            down: vec![("da2".into(), "ssh: connect refused".into())],
+        };
+        assert_eq!(status(down), StatusCode::SERVICE_UNAVAILABLE);
+        let host = DaosError::Host {
+            step: gpuq_lifecycle::PrepareStep::Format,
+            source: Box::new(gpuq_lifecycle::HostError::Agent("x".into())),
+        };
+        assert_eq!(status(host), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+
+    #[test]
+    fn a_daos_failure_is_one_line_naming_the_step_and_node() {
+        let e = ApiError::from(DaosError::LinksDown {
+            down: vec![
+                ("da2".into(), "refused".into()),
+                ("da4".into(), "timed out".into()),
+            ],
+        });
+        assert_eq!(
+            e.body().error,
+            "node links are not up, nothing was started: da2: refused; da4: timed out"
+        );
+        let e = ApiError::from(DaosError::Host {
+            step: gpuq_lifecycle::PrepareStep::Admin,
+            source: Box::new(gpuq_lifecycle::HostError::Stopped),
+        });
+        assert!(
+            e.body().error.starts_with("admin container: stopped"),
+            "{}",
+            e.body().error
+        );
     }
 }

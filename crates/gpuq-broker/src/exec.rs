@@ -143,7 +143,7 @@ impl Broker {
             .profile(&lease.profile)
             .ok_or_else(|| ApiError::Conflict(format!("profile {} is gone", lease.profile)))?
             .clone();
-        let host = daos.host(&lease.profile).map_err(ApiError::Conflict)?;
+        let host = daos.host(&lease.profile)?;
         // The job's submit directory: text the user gave at submit time.
         let submit = plain_abs_path(&job.cwd).map_err(|why| {
             refuse(format!(

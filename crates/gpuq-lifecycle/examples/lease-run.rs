@@ -102,7 +102,7 @@ fn run() -> Result<u8, String> {
     rt.block_on(async move {
         let daos =
             Daos::start(cfg, &state, gpuq_protocol::time::now()).map_err(|e| e.to_string())?;
-        let host = daos.host(&profile)?;
+        let host = daos.host(&profile).map_err(|e| e.to_string())?;
         let job = Job::default();
         let owner = format!("lease-run (uid {uid})");
         let code = match daos

@@ -9,6 +9,7 @@
 //! times and its checkpoints.
 
 use crate::config::{DaosConfig, DaosProfile};
+use crate::error::{DaosError, PrepareStep};
 use crate::host::{Host, HostProfile};
 use crate::{Lifecycle, LifecycleError, LocalSteps, Node};
 use gpuq_lease::{Lease, LeaseError, LeaseStore, Phase};
@@ -92,15 +93,18 @@ impl Daos {
         self.cfg.profiles.get(name)
     }
 
-    pub fn host(&self, profile: &str) -> Result<Host, String> {
+    pub fn host(&self, profile: &str) -> Result<Host, DaosError> {
         let p = self
             .profile(profile)
-            .ok_or_else(|| format!("profile '{profile}' is not configured"))?;
+            .ok_or_else(|| DaosError::UnknownProfile(profile.to_string()))?;
         Ok(Host::new(
             self.cfg.podman_socket.clone(),
             self.cfg.run_dir.clone(),
             HostProfile {
-                image: ImageId::parse(&p.image).map_err(|e| e.to_string())?,
+                image: ImageId::parse(&p.image).map_err(|source| DaosError::BadPin {
+                    profile: profile.to_string(),
+                    source,
+                })?,
                 system: p.system.clone(),
                 port: p.port,
                 nodes: self
@@ -120,7 +124,7 @@ impl Daos {
     /// The lifecycle of a lease of `profile`: its nodes, replicas,
     /// deadlines and this host's part. A profile no longer configured is
     /// an error: nothing is done with a configuration that does not say how.
-    fn lifecycle(&self, profile: &str) -> Result<Lifecycle, String> {
+    fn lifecycle(&self, profile: &str) -> Result<Lifecycle, DaosError> {
         let host = self.host(profile)?;
         let replicas = self
             .profile(profile)
@@ -153,17 +157,18 @@ impl Daos {
 
     /// Hold the active lease (`lease`) with `reason`: a restarted broker
     /// that cannot re-adopt it. Nothing else is done to it.
-    pub fn hold(&self, lease: &str, reason: &str) -> Result<(), String> {
-        let mut l = self
-            .store
-            .load(lease)
-            .map_err(|e| format!("lease {lease}: {e}"))?;
+    pub fn hold(&self, lease: &str, reason: &str) -> Result<(), DaosError> {
+        let in_lease = |source| DaosError::Lease {
+            lease: lease.to_string(),
+            source,
+        };
+        let mut l = self.store.load(lease).map_err(in_lease)?;
         if matches!(l.phase, Phase::Held { .. } | Phase::Released) {
             return Ok(());
         }
         self.store
             .hold(&mut l, None, None, reason, gpuq_protocol::time::now())
-            .map_err(|e| format!("lease {lease}: {e}"))
+            .map_err(in_lease)
     }
 
     /// Why the gate stays closed for a lease that is not released, if one
@@ -204,20 +209,20 @@ impl Daos {
         profile: &str,
         host: &Host,
         local: &dyn LocalSteps,
-    ) -> Result<(Lease, Vec<(String, String)>), String> {
+    ) -> Result<(Lease, Vec<(String, String)>), DaosError> {
         let t = std::time::Instant::now();
         let up = unless_stopped(host, self.links.ensure_all_up(self.link_timeout())).await?;
         local.timed("prepare", "links", t.elapsed().as_secs_f64(), up.all_ok());
         if !up.all_ok() {
-            let why: Vec<String> = up
+            let down = up
                 .nodes
                 .iter()
-                .filter_map(|n| n.result.as_ref().err().map(|e| format!("{}: {e}", n.node)))
+                .filter_map(|n| {
+                    let e = n.result.as_ref().err()?;
+                    Some((n.node.clone(), e.to_string()))
+                })
                 .collect();
-            return Err(format!(
-                "node links are not up, nothing was started: {}",
-                why.join("; ")
-            ));
+            return Err(DaosError::LinksDown { down });
         }
         local.note(&format!(
             "links to {} nodes up ({:.2}s)",
@@ -225,11 +230,9 @@ impl Daos {
             t.elapsed().as_secs_f64()
         ));
         let mut lc = self.lifecycle(profile)?;
-        host.check_stop()?;
-        let mut l = lc
-            .preflight(lease, owner, local)
-            .await
-            .map_err(|e| e.to_string())?;
+        host.check_stop()
+            .map_err(DaosError::host(PrepareStep::Preflight))?;
+        let mut l = lc.preflight(lease, owner, local).await?;
         let step = |what: &str, t: std::time::Instant, detail: &str| {
             local.note(&format!(
                 "{what}: {detail} ({:.2}s)",
@@ -239,7 +242,8 @@ impl Daos {
         // The lease's own certificates (issue #13, item 5): its CA's key
         // lives only in this function. The nodes get the server's, cxl2's
         // admin and agent containers theirs, the job's owner the admin's.
-        let certs = gpuq_leasecert::LeaseCerts::generate(lease).map_err(|e| e.to_string())?;
+        let certs = gpuq_leasecert::LeaseCerts::generate(lease)
+            .map_err(|e| DaosError::host(PrepareStep::Certificates)(e.into()))?;
         lc.tls = Some(ServerTls {
             ca_cert: certs.ca_cert.clone(),
             cert: certs.server.cert.clone(),
@@ -255,7 +259,7 @@ impl Daos {
             unless_stopped(host, lc.start_servers(&mut l, local)),
             host.prepare_admin(lease, &certs, owner_uid)
         );
-        let awaiting_format = match started.and_then(|r| r.map_err(|e| e.to_string())) {
+        let awaiting_format = match started.and_then(|r| r.map_err(DaosError::from)) {
             Ok(a) => a,
             Err(e) => {
                 // The failed start cleaned the lease up; its admin container
@@ -267,7 +271,7 @@ impl Daos {
             }
         };
         local.timed("prepare", "admin", t.elapsed().as_secs_f64(), admin.is_ok());
-        let a = admin.map_err(|e| format!("admin container: {e}"))?;
+        let a = admin.map_err(DaosError::host(PrepareStep::Admin))?;
         step("admin", t, &format!("{a} up"));
         // The agent starts while the system is formatted and its ranks join:
         // daos_agent contacts the servers only for a client's first
@@ -278,23 +282,23 @@ impl Daos {
             let t = std::time::Instant::now();
             let f = host.format(lease, awaiting_format).await;
             local.timed("prepare", "format", t.elapsed().as_secs_f64(), f.is_ok());
-            let f = f.map_err(|e| format!("format: {e}"))?;
+            let f = f.map_err(DaosError::host(PrepareStep::Format))?;
             step("format", t, &f);
             local.checkpoint("formatted");
             let t = std::time::Instant::now();
             let j = host.wait_joined(lease, n).await;
             local.timed("prepare", "join", t.elapsed().as_secs_f64(), j.is_ok());
-            let j = j.map_err(|e| format!("join: {e}"))?;
+            let j = j.map_err(DaosError::host(PrepareStep::Join))?;
             step("join", t, &j);
             local.checkpoint("joined");
-            Ok::<(), String>(())
+            Ok::<(), DaosError>(())
         };
         let t = std::time::Instant::now();
         let agent = async {
             let a = host
                 .start_agent(lease)
                 .await
-                .map_err(|e| format!("agent: {e}"));
+                .map_err(DaosError::host(PrepareStep::Agent));
             (a, t.elapsed())
         };
         // Both run to their end: a failure of one leaves the other's
@@ -308,7 +312,7 @@ impl Daos {
             took.as_secs_f64()
         ));
         local.checkpoint("agent_started");
-        lc.mark_running(&mut l).map_err(|e| e.to_string())?;
+        lc.mark_running(&mut l)?;
         Ok((l, host.job_env(lease)))
     }
 
@@ -318,7 +322,7 @@ impl Daos {
         &self,
         lease: &str,
         local: &dyn LocalSteps,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, DaosError> {
         let Some(mut l) = self.active().filter(|l| l.lease == lease) else {
             return Ok(None);
         };
@@ -329,32 +333,30 @@ impl Daos {
         let lc = match self.lifecycle(&l.profile) {
             Ok(lc) => lc,
             Err(e) => {
-                let reason = format!("cannot clean up: {e}");
-                self.hold(lease, &reason)?;
-                return Err(format!("lease {lease} held: {reason}"));
+                self.hold(lease, &format!("cannot clean up: {e}"))?;
+                return Err(DaosError::Unconfigured {
+                    lease: lease.to_string(),
+                    source: Box::new(e),
+                });
             }
         };
-        match lc.cleanup(&mut l, local).await {
-            Ok(()) => Ok(Some(format!(
-                "lease {lease} cleaned on all nodes and released"
-            ))),
-            Err(e) => Err(e.to_string()),
-        }
+        lc.cleanup(&mut l, local).await?;
+        Ok(Some(format!(
+            "lease {lease} cleaned on all nodes and released"
+        )))
     }
 
     /// `gpuq recover`: the held (or abandoned) lease, from its first
     /// unconfirmed step; `local` is the caller's part of that lease (see
     /// [`Daos::host`] for this host's).
-    pub async fn recover(&self, local: &dyn LocalSteps) -> Result<String, String> {
+    pub async fn recover(&self, local: &dyn LocalSteps) -> Result<String, DaosError> {
         let Some(l) = self.active() else {
-            return Err(LifecycleError::NothingToRecover.to_string());
+            return Err(LifecycleError::NothingToRecover.into());
         };
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
         let lc = self.lifecycle(&l.profile)?;
         let lease = l.lease.clone();
-        lc.recover(Some(l), local)
-            .await
-            .map_err(|e| e.to_string())?;
+        lc.recover(Some(l), local).await?;
         Ok(format!(
             "lease {lease}: every cleanup step confirmed on all nodes; released"
         ))
@@ -598,14 +600,16 @@ impl Daos {
 async fn unless_stopped<T>(
     host: &Host,
     f: impl std::future::Future<Output = T>,
-) -> Result<T, String> {
-    host.check_stop()?;
+) -> Result<T, DaosError> {
+    if host.stopped() {
+        return Err(DaosError::Stopped);
+    }
     let Some(mut stop) = host.stop.clone() else {
         return Ok(f.await);
     };
     tokio::select! {
         r = f => Ok(r),
-        _ = stop.wait_for(|s| *s) => Err(host.check_stop().err().unwrap_or_default()),
+        _ = stop.wait_for(|s| *s) => Err(DaosError::Stopped),
     }
 }
 

@@ -19,6 +19,7 @@
 //! can enter `user/`, so no other user's dmg can present the admin
 //! certificate to this lease's servers.
 
+use crate::error::HostError;
 use gpuq_leasecert::LeaseCerts;
 use gpuq_podman::{
     lease_labels, ContainerSpec, ExecSpec, ImageId, LabelFilter, LibpodClient, LogStream, Mount,
@@ -140,15 +141,15 @@ impl Host {
     }
 
     /// An error if told to stop: the preparation ends between two calls.
-    pub fn check_stop(&self) -> Result<(), String> {
+    pub fn check_stop(&self) -> Result<(), HostError> {
         if self.stopped() {
-            return Err("stopped: the job was cancelled or ran out of time".into());
+            return Err(HostError::Stopped);
         }
         Ok(())
     }
 
     /// Wait `d`, or less if told to stop meanwhile (then an error).
-    async fn pause(&self, d: Duration) -> Result<(), String> {
+    async fn pause(&self, d: Duration) -> Result<(), HostError> {
         self.check_stop()?;
         match self.stop.clone() {
             None => tokio::time::sleep(d).await,
@@ -162,7 +163,7 @@ impl Host {
         self.check_stop()
     }
 
-    async fn podman(&self) -> Result<LibpodClient, String> {
+    async fn podman(&self) -> Result<LibpodClient, HostError> {
         self.client
             .get_or_try_init(|| {
                 LibpodClient::connect_with_timeout(
@@ -172,7 +173,10 @@ impl Host {
             })
             .await
             .cloned()
-            .map_err(|e| format!("local Podman ({}): {e}", self.podman_socket.display()))
+            .map_err(|source| HostError::Podman {
+                socket: self.podman_socket.clone(),
+                source: Box::new(source),
+            })
     }
 
     /// Write the lease's control and agent configs, its certificates (the
@@ -183,9 +187,12 @@ impl Host {
         lease: &str,
         certs: &LeaseCerts,
         owner_uid: u32,
-    ) -> Result<(), String> {
+    ) -> Result<(), HostError> {
         let dir = self.lease_dir(lease);
-        let io = |what: &Path, e: std::io::Error| format!("{}: {e}", what.display());
+        let io = |what: &Path, source: std::io::Error| HostError::Files {
+            path: what.to_path_buf(),
+            source,
+        };
         if !self.run_dir.exists() {
             // The job's user reaches <run_dir>/<lease>/ through it; mkdir's
             // mode is filtered by the broker's umask (077).
@@ -265,7 +272,7 @@ impl Host {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io(&d, e)),
             }
-            gpuq_leasecert::install(&d, &files, owner, mode).map_err(|e| e.to_string())?;
+            gpuq_leasecert::install(&d, &files, owner, mode)?;
         }
         gpuq_durable::write_atomic(
             &self.control_config(lease),
@@ -284,12 +291,12 @@ impl Host {
     }
 
     /// Remove `<run_dir>/<lease>/` (after the agent and clients are gone).
-    pub fn remove_files(&self, lease: &str) -> Result<(), String> {
+    pub fn remove_files(&self, lease: &str) -> Result<(), HostError> {
         let dir = self.lease_dir(lease);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("{}: {e}", dir.display())),
+            Err(source) => Err(HostError::Files { path: dir, source }),
         }
     }
 
@@ -304,7 +311,7 @@ impl Host {
 
     /// The admin container (idle; `dmg` runs in it by exec). Created if
     /// missing, started if stopped.
-    async fn admin(&self, pm: &LibpodClient, lease: &str) -> Result<String, String> {
+    async fn admin(&self, pm: &LibpodClient, lease: &str) -> Result<String, HostError> {
         let name = Self::admin_name(lease);
         match pm.container_inspect(&name).await {
             Ok(_) => {}
@@ -320,13 +327,13 @@ impl Host {
                 spec.command = vec!["sleep".into(), "2147483647".into()];
                 pm.container_create(&spec)
                     .await
-                    .map_err(|e| format!("create {name}: {e}"))?;
+                    .map_err(container("create", &name))?;
             }
-            Err(e) => return Err(format!("inspect {name}: {e}")),
+            Err(e) => return Err(container("inspect", &name)(e)),
         }
         pm.container_start(&name)
             .await
-            .map_err(|e| format!("start {name}: {e}"))?;
+            .map_err(container("start", &name))?;
         Ok(name)
     }
 
@@ -337,7 +344,7 @@ impl Host {
         lease: &str,
         certs: &LeaseCerts,
         owner_uid: u32,
-    ) -> Result<String, String> {
+    ) -> Result<String, HostError> {
         self.check_stop()?;
         self.write_files(lease, certs, owner_uid)?;
         let pm = self.podman().await?;
@@ -346,7 +353,7 @@ impl Host {
 
     /// Remove the admin container and the lease's files (a preparation that
     /// failed after [`Host::prepare_admin`]).
-    pub async fn discard_admin(&self, lease: &str) -> Result<String, String> {
+    pub async fn discard_admin(&self, lease: &str) -> Result<String, HostError> {
         let r = self.remove_role(lease, Role::Admin, None).await?;
         self.remove_files(lease)?;
         Ok(r)
@@ -355,7 +362,7 @@ impl Host {
     /// `dmg -j ARGS` in the admin container: the JSON envelope. The admin
     /// container is made (or started) again only when it is missing or
     /// stopped (a `recover` after a reboot); otherwise one exec.
-    async fn dmg(&self, pm: &LibpodClient, lease: &str, args: &[&str]) -> Result<Value, String> {
+    async fn dmg(&self, pm: &LibpodClient, lease: &str, args: &[&str]) -> Result<Value, HostError> {
         let admin = Self::admin_name(lease);
         let mut cmd = vec!["dmg", "-o", CONTROL_IN, "-j"];
         cmd.extend_from_slice(args);
@@ -367,17 +374,18 @@ impl Host {
             }
             r => r,
         }
-        .map_err(|e| format!("dmg {}: {e}", args.join(" ")))?;
+        .map_err(|source| HostError::Dmg {
+            args: args.join(" "),
+            source: Box::new(source),
+        })?;
         let stdout = out.output.stream(LogStream::Stdout);
-        serde_json::from_slice(&stdout).map_err(|e| {
-            let stderr = String::from_utf8_lossy(&out.output.stream(LogStream::Stderr))
+        serde_json::from_slice(&stdout).map_err(|e| HostError::DmgOutput {
+            args: args.join(" "),
+            exit: out.exit_code,
+            parse: e.to_string(),
+            stderr: String::from_utf8_lossy(&out.output.stream(LogStream::Stderr))
                 .trim()
-                .to_string();
-            format!(
-                "dmg {} exited {} without a JSON envelope ({e}): {stderr}",
-                args.join(" "),
-                out.exit_code
-            )
+                .to_string(),
         })
     }
 
@@ -388,7 +396,7 @@ impl Host {
         pm: &LibpodClient,
         lease: &str,
         deadline: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), HostError> {
         loop {
             let q = self.dmg(pm, lease, &["system", "query"]).await?;
             let err = q["error"].as_str().unwrap_or("");
@@ -396,13 +404,16 @@ impl Host {
                 return Ok(());
             }
             if q["error"].is_null() {
-                return Err(
-                    "the new system is already formatted (old metadata?); refusing to use it"
-                        .into(),
-                );
+                return Err(HostError::daos(
+                    "format",
+                    "the new system is already formatted (old metadata?); refusing to use it",
+                ));
             }
             if Instant::now() >= deadline {
-                return Err(format!("servers did not reach `format required`: {err}"));
+                return Err(HostError::daos(
+                    "format",
+                    format!("servers did not reach `format required`: {err}"),
+                ));
             }
             self.pause(POLL).await?;
         }
@@ -412,7 +423,7 @@ impl Host {
     /// every node already saw its server await the format
     /// (`awaiting_format`), `dmg system query` is asked first until the
     /// system says it needs one.
-    pub async fn format(&self, lease: &str, awaiting_format: bool) -> Result<String, String> {
+    pub async fn format(&self, lease: &str, awaiting_format: bool) -> Result<String, HostError> {
         self.check_stop()?;
         let pm = self.podman().await?;
         let deadline = Instant::now() + self.profile.join_timeout;
@@ -423,11 +434,11 @@ impl Host {
         // deadline instead of the small calls'.
         let long = pm.with_request_timeout(Some(self.profile.deadlines.format));
         let f = self.dmg(&long, lease, &["storage", "format"]).await?;
-        format_reply(&f)
+        format_reply(&f).map_err(|d| HostError::daos("format", d))
     }
 
     /// Poll `dmg system query` until exactly `ranks` members are joined.
-    pub async fn wait_joined(&self, lease: &str, ranks: usize) -> Result<String, String> {
+    pub async fn wait_joined(&self, lease: &str, ranks: usize) -> Result<String, HostError> {
         self.check_stop()?;
         let pm = self.podman().await?;
         let deadline = Instant::now() + self.profile.join_timeout;
@@ -444,21 +455,26 @@ impl Host {
             if joined == ranks && members.len() == ranks {
                 // daos.md: ranks 0..N-1, distinct addresses and fault
                 // domains. A joined system of another shape does not heal.
-                return joined_shape(&members, ranks).map(|()| format!("{ranks} ranks joined"));
+                return joined_shape(&members, ranks)
+                    .map(|()| format!("{ranks} ranks joined"))
+                    .map_err(|d| HostError::daos("join", d));
             }
             if Instant::now() >= deadline {
-                return Err(format!(
-                    "{joined} of {ranks} ranks joined within {}s ({}){}",
-                    self.profile.join_timeout.as_secs(),
-                    if members.is_empty() {
-                        "no members".into()
-                    } else {
-                        describe(&members, "state")
-                    },
-                    q["error"]
-                        .as_str()
-                        .map(|e| format!("; dmg: {e}"))
-                        .unwrap_or_default()
+                return Err(HostError::daos(
+                    "join",
+                    format!(
+                        "{joined} of {ranks} ranks joined within {}s ({}){}",
+                        self.profile.join_timeout.as_secs(),
+                        if members.is_empty() {
+                            "no members".into()
+                        } else {
+                            describe(&members, "state")
+                        },
+                        q["error"]
+                            .as_str()
+                            .map(|e| format!("; dmg: {e}"))
+                            .unwrap_or_default()
+                    ),
                 ));
             }
             self.pause(POLL).await?;
@@ -466,7 +482,7 @@ impl Host {
     }
 
     /// Start the agent and wait for its socket.
-    pub async fn start_agent(&self, lease: &str) -> Result<String, String> {
+    pub async fn start_agent(&self, lease: &str) -> Result<String, HostError> {
         self.check_stop()?;
         let pm = self.podman().await?;
         let name = Self::agent_name(lease);
@@ -497,28 +513,28 @@ impl Host {
         ));
         pm.container_create(&spec)
             .await
-            .map_err(|e| format!("create {name}: {e}"))?;
+            .map_err(container("create", &name))?;
         pm.container_start(&name)
             .await
-            .map_err(|e| format!("start {name}: {e}"))?;
+            .map_err(container("start", &name))?;
         let sock = self.agent_dir(lease).join("daos_agent.sock");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !agent_listens(&sock) {
             if Instant::now() >= deadline {
-                return Err(format!(
+                return Err(HostError::Agent(format!(
                     "the agent did not listen on {} within 20 s",
                     sock.display()
-                ));
+                )));
             }
             let info = pm
                 .container_inspect(&name)
                 .await
-                .map_err(|e| format!("inspect {name}: {e}"))?;
+                .map_err(container("inspect", &name))?;
             if !info.state.running {
-                return Err(format!(
+                return Err(HostError::Agent(format!(
                     "the agent container exited ({})",
                     info.state.status
-                ));
+                )));
             }
             self.pause(Duration::from_millis(10)).await?;
         }
@@ -531,13 +547,14 @@ impl Host {
         lease: &str,
         role: Role,
         grace: Option<Duration>,
-    ) -> Result<String, String> {
+    ) -> Result<String, HostError> {
         let pm = self.podman().await?;
         let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, role.as_str());
+        let what = format!("{} containers", role.as_str());
         let list = pm
             .container_list(&filter)
             .await
-            .map_err(|e| format!("list {} containers: {e}", role.as_str()))?;
+            .map_err(container("list", &what))?;
         let mut removed = Vec::new();
         for c in &list {
             let mut name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
@@ -546,24 +563,23 @@ impl Host {
                 match gpuq_podman::stop_local(&pm, &c.id, grace.unwrap_or_default()).await {
                     Ok(how) => name = format!("{name} ({how})"),
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(format!("stop {}: {e}", short(&c.id))),
+                    Err(e) => return Err(container("stop", &short(&c.id))(e)),
                 }
             }
             gpuq_podman::remove_stopped(&pm, &c.id)
                 .await
-                .map_err(|e| format!("remove {}: {e}", short(&c.id)))?;
+                .map_err(container("remove", &short(&c.id)))?;
             removed.push(name);
         }
         let left = pm
             .container_list(&filter)
             .await
-            .map_err(|e| format!("list {} containers: {e}", role.as_str()))?;
+            .map_err(container("list", &what))?;
         if !left.is_empty() {
-            return Err(format!(
-                "{} {} container(s) still present",
-                left.len(),
-                role.as_str()
-            ));
+            return Err(HostError::Left {
+                role: role.as_str(),
+                count: left.len(),
+            });
         }
         Ok(if removed.is_empty() {
             format!("no {} container", role.as_str())
@@ -573,7 +589,7 @@ impl Host {
     }
 
     /// Cleanup step: client containers (`daos-exec`) of this lease.
-    pub async fn remove_clients(&self, lease: &str) -> Result<String, String> {
+    pub async fn remove_clients(&self, lease: &str) -> Result<String, HostError> {
         // Their main process is an idle `sleep` (which ignores SIGTERM as
         // PID 1); the user's commands are exec sessions: nothing to stop
         // gracefully, and a stop would only wait out its grace period.
@@ -585,20 +601,20 @@ impl Host {
     /// (seen in `/proc`, or Podman's own stop where it cannot be seen). The
     /// stopped container is removed alongside `dmg system stop`
     /// ([`Host::remove_agent`]).
-    pub async fn stop_agent(&self, lease: &str) -> Result<String, String> {
+    pub async fn stop_agent(&self, lease: &str) -> Result<String, HostError> {
         let pm = self.podman().await?;
         let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, Role::Agent.as_str());
         let list = pm
             .container_list(&filter)
             .await
-            .map_err(|e| format!("list agent containers: {e}"))?;
+            .map_err(container("list", "agent containers"))?;
         let mut stopped = Vec::new();
         for c in list.iter().filter(|c| c.state == "running") {
             let name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
             match gpuq_podman::stop_local(&pm, &c.id, AGENT_GRACE).await {
                 Ok(how) => stopped.push(format!("{name} ({how})")),
                 Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(format!("stop {name}: {e}")),
+                Err(e) => return Err(container("stop", &name)(e)),
             }
         }
         Ok(if stopped.is_empty() {
@@ -611,7 +627,7 @@ impl Host {
     /// The agent's container, stopped by [`Host::stop_agent`], removed
     /// while `dmg system stop` runs (stopped first if it runs again, e.g.
     /// after a restart); confirmed like every removal.
-    pub async fn remove_agent(&self, lease: &str) -> Result<String, String> {
+    pub async fn remove_agent(&self, lease: &str) -> Result<String, HostError> {
         self.remove_role(lease, Role::Agent, Some(AGENT_GRACE))
             .await
     }
@@ -620,7 +636,7 @@ impl Host {
     /// not stop). A system that was never formatted, or whose servers no
     /// longer answer, has nothing to stop: the server stop that follows
     /// confirms. The admin container stays for [`Host::remove_admin`].
-    pub async fn system_stop(&self, lease: &str) -> Result<String, crate::LocalError> {
+    pub async fn system_stop(&self, lease: &str) -> Result<String, HostError> {
         if !self.control_config(lease).exists() {
             // Never set up — or cxl2 restarted since: `run_dir` is under
             // /run, and with it went the admin certificate `dmg` needs. The
@@ -639,17 +655,13 @@ impl Host {
     /// servers are stopped by then):
     /// the admin container (an idle `sleep`: killed at once) and the
     /// lease's files. Confirmed like every removal.
-    pub async fn remove_admin(&self, lease: &str) -> Result<String, String> {
+    pub async fn remove_admin(&self, lease: &str) -> Result<String, HostError> {
         let r = self.remove_role(lease, Role::Admin, None).await?;
         self.remove_files(lease)?;
         Ok(format!("{r}, lease files removed"))
     }
 
-    async fn stop_system(
-        &self,
-        pm: &LibpodClient,
-        lease: &str,
-    ) -> Result<String, crate::LocalError> {
+    async fn stop_system(&self, pm: &LibpodClient, lease: &str) -> Result<String, HostError> {
         let mut last = String::new();
         // The node of the first rank that would not stop (the hold names it).
         let mut last_node = None;
@@ -709,9 +721,10 @@ impl Host {
                 .collect::<Vec<_>>()
                 .join("; ");
         }
-        Err(crate::LocalError {
+        Err(HostError::Daos {
+            step: "system_stop",
             node: last_node,
-            message: format!("dmg system stop: {last}"),
+            detail: format!("dmg system stop: {last}"),
         })
     }
 
@@ -726,12 +739,12 @@ impl Host {
     }
 
     /// Names of this lease's containers on the host (for status).
-    pub async fn containers(&self, lease: &str) -> Result<Vec<String>, String> {
+    pub async fn containers(&self, lease: &str) -> Result<Vec<String>, HostError> {
         let pm = self.podman().await?;
         let list = pm
             .container_list(&LabelFilter::lease(lease))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(container("list", "the lease's containers"))?;
         Ok(list
             .iter()
             .map(|c| {
@@ -874,6 +887,16 @@ fn one_line(s: &str) -> String {
         }
     }
     out
+}
+
+/// A Podman error about `target` (a container, or a role's containers).
+fn container(op: &'static str, target: &str) -> impl FnOnce(gpuq_podman::Error) -> HostError {
+    let target = target.to_string();
+    move |source| HostError::Container {
+        op,
+        target,
+        source: Box::new(source),
+    }
 }
 
 fn short(id: &str) -> String {

@@ -14,7 +14,10 @@
 
 pub mod config;
 pub mod daos;
+pub mod error;
 pub mod host;
+
+pub use error::{DaosError, HostError, PrepareStep};
 
 use gpuq_client::{Client, ClientError};
 use gpuq_lease::{CleanupStep, Lease, LeaseError, LeaseStore, Phase};
@@ -87,6 +90,15 @@ impl From<String> for LocalError {
         LocalError {
             node: None,
             message,
+        }
+    }
+}
+
+impl From<HostError> for LocalError {
+    fn from(e: HostError) -> Self {
+        LocalError {
+            node: e.node().map(str::to_string),
+            message: e.to_string(),
         }
     }
 }
@@ -436,7 +448,7 @@ impl Lifecycle {
             CleanupStep::KillJob => local.kill_job(l).await,
             CleanupStep::RemoveClients => Ok(host.remove_clients(lease).await?),
             CleanupStep::StopAgent => Ok(host.stop_agent(lease).await?),
-            CleanupStep::SystemStop => host.system_stop(lease).await,
+            CleanupStep::SystemStop => Ok(host.system_stop(lease).await?),
             CleanupStep::StopServers | CleanupStep::Wipe => {
                 Err(format!("{step:?} is a node step, not this host's").into())
             }
