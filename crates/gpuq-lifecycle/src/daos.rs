@@ -11,6 +11,7 @@
 use crate::config::{DaosConfig, DaosProfile};
 use crate::error::{DaosError, PrepareStep};
 use crate::host::{Host, HostProfile};
+use crate::nodes::{call_all, Retry};
 use crate::{Lifecycle, LifecycleError, LocalSteps, Node};
 use gpuq_lease::{Lease, LeaseError, LeaseStore, Phase};
 use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
@@ -483,58 +484,44 @@ impl Daos {
             unreachable: Some(why),
             ..HostInstall::default()
         };
-        let deadline = self.cfg.deadlines.request;
         let up = self.links.ensure_all_up(self.link_timeout()).await;
-        let tasks: Vec<_> = up
+        let reachable: Vec<Node> = up
             .nodes
-            .into_iter()
-            .map(|n| {
-                tokio::spawn(async move {
-                    let sockets = match n.result {
-                        Ok(s) => s,
-                        Err(e) => return unreachable(n.node, e.to_string()),
-                    };
-                    let c = gpuq_client::Client::new(sockets.node_sock);
-                    match c
-                        .call_within::<HostInstall>(
-                            deadline,
-                            hyper::Method::GET,
-                            "/v1/install",
-                            None::<&()>,
-                        )
-                        .await
-                    {
-                        // The link checked the helper's name when it came up;
-                        // a different name now means the socket was swapped.
-                        Ok(h) if h.host != n.node => {
-                            let why = format!("the node helper answered as {:?}", h.host);
-                            unreachable(n.node, why)
-                        }
-                        Ok(h) => h,
-                        Err(e) => {
-                            let why = format!(
-                                "{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"
-                            );
-                            unreachable(n.node, why)
-                        }
-                    }
-                })
+            .iter()
+            .filter_map(|n| {
+                let s = n.result.as_ref().ok()?;
+                Some(Node::new(n.node.clone(), s.node_sock.clone()))
             })
             .collect();
-        let names: Vec<String> = self
-            .links
-            .links()
-            .iter()
-            .map(|l| l.name().to_string())
-            .collect();
-        let mut out = Vec::new();
-        for (t, name) in tasks.into_iter().zip(names) {
-            out.push(
-                t.await
-                    .unwrap_or_else(|e| unreachable(name, format!("check failed: {e}"))),
-            );
-        }
-        out
+        let mut answers: std::collections::HashMap<String, _> = call_all::<HostInstall>(
+            &reachable,
+            self.cfg.deadlines.request,
+            hyper::Method::GET,
+            "/v1/install",
+            None,
+            Retry::Refused,
+        )
+        .await
+        .into_iter()
+        .collect();
+        up.nodes
+            .into_iter()
+            .map(|n| match (n.result, answers.remove(&n.node)) {
+                (Err(e), _) => unreachable(n.node, e.to_string()),
+                (Ok(_), Some(Ok(h))) if h.host == n.node => h,
+                // The link checked the helper's name when it came up; a
+                // different name now means the socket was swapped.
+                (Ok(_), Some(Ok(h))) => {
+                    let why = format!("the node helper answered as {:?}", h.host);
+                    unreachable(n.node, why)
+                }
+                (Ok(_), Some(Err(e))) => unreachable(
+                    n.node,
+                    format!("{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"),
+                ),
+                (Ok(_), None) => unreachable(n.node, "no answer".into()),
+            })
+            .collect()
     }
 
     /// Every node helper's `GET /v1/metrics`, at once, for a scrape of the
@@ -547,47 +534,43 @@ impl Daos {
         use gpuq_protocol::metrics::NodeMetrics;
         const SCRAPE: Duration = Duration::from_secs(2);
         let states = self.links.states();
-        let tasks: Vec<_> = self
+        let is_up = |name: &str| states.iter().any(|(n, s)| n == name && s.is_up());
+        let up: Vec<Node> = self
             .links
+            .links()
+            .iter()
+            .filter(|l| is_up(l.name()))
+            .map(|l| Node::new(l.name(), l.sockets().node_sock))
+            .collect();
+        let mut answers: std::collections::HashMap<String, _> = call_all::<NodeMetrics>(
+            &up,
+            SCRAPE,
+            hyper::Method::GET,
+            "/v1/metrics",
+            None,
+            Retry::Never,
+        )
+        .await
+        .into_iter()
+        .collect();
+        self.links
             .links()
             .iter()
             .map(|l| {
                 let name = l.name().to_string();
-                let up = states.iter().any(|(n, s)| n == &name && s.is_up());
-                let sock = l.sockets().node_sock;
-                tokio::spawn(async move {
-                    if !up {
-                        return (name, Err("link not up".to_string()));
+                let r = match answers.remove(&name) {
+                    None => Err("link not up".to_string()),
+                    Some(Err(e)) => Err(e.to_string()),
+                    // The link checked the helper's name when it came up;
+                    // another name now means the socket was swapped.
+                    Some(Ok(m)) if m.node != name => {
+                        Err(format!("the node helper answered as {:?}", m.node))
                     }
-                    let r = gpuq_client::Client::new(sock)
-                        .call_within::<NodeMetrics>(
-                            SCRAPE,
-                            hyper::Method::GET,
-                            "/v1/metrics",
-                            None::<&()>,
-                        )
-                        .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|m| {
-                            // The link checked the helper's name when it came
-                            // up; another name now means the socket was swapped.
-                            if m.node == name {
-                                Ok(m)
-                            } else {
-                                Err(format!("the node helper answered as {:?}", m.node))
-                            }
-                        });
-                    (name, r)
-                })
+                    Some(Ok(m)) => Ok(m),
+                };
+                (name, r)
             })
-            .collect();
-        let mut out = Vec::new();
-        for t in tasks {
-            if let Ok(r) = t.await {
-                out.push(r);
-            }
-        }
-        out
+            .collect()
     }
 
     pub async fn close(&self) {

@@ -16,16 +16,17 @@ pub mod config;
 pub mod daos;
 pub mod error;
 pub mod host;
+pub mod nodes;
 
 pub use error::{DaosError, HostError, PrepareStep};
+pub use nodes::Node;
+use nodes::{call_all, Retry};
 
-use gpuq_client::{Client, ClientError};
 use gpuq_lease::{CleanupStep, Lease, LeaseError, LeaseStore, Phase};
 use gpuq_protocol::node::{
     PreflightReport, PreflightRequest, ServerTls, StartReport, StartRequest, StepReport,
 };
 use hyper::Method;
-use std::path::PathBuf;
 use std::time::Duration;
 use thiserror::Error;
 
@@ -147,22 +148,6 @@ impl std::fmt::Display for Failure {
     }
 }
 
-/// One storage node's gpuq-node API.
-#[derive(Debug, Clone)]
-pub struct Node {
-    pub name: String,
-    pub client: Client,
-}
-
-impl Node {
-    pub fn new(name: impl Into<String>, socket: impl Into<PathBuf>) -> Self {
-        Node {
-            name: name.into(),
-            client: Client::new(socket.into()),
-        }
-    }
-}
-
 /// What the caller of a lease (the broker, a test, an example) does for
 /// it — the narrow interface: end the job's processes, take its progress
 /// lines, its step times and its checkpoints. Everything else of a lease,
@@ -189,11 +174,6 @@ pub trait LocalSteps: Send + Sync {
     fn checkpoint(&self, _point: &str) {}
 }
 
-/// How often, and how far apart, a node step is retried for a node whose
-/// forwarded socket refused the connection.
-const CONNECT_RETRIES: usize = 4;
-const CONNECT_RETRY_DELAY: std::time::Duration = std::time::Duration::from_millis(1500);
-
 fn secs(t: std::time::Instant) -> String {
     format!("{:.2}s", t.elapsed().as_secs_f64())
 }
@@ -215,31 +195,6 @@ pub enum LifecycleError {
 }
 
 use gpuq_protocol::time::now;
-
-/// Call every node at once; (node, result) in node order.
-async fn on_all<T, F, Fut>(nodes: &[Node], f: F) -> Vec<(String, Result<T, ClientError>)>
-where
-    T: Send + 'static,
-    F: Fn(Node) -> Fut,
-    Fut: std::future::Future<Output = Result<T, ClientError>> + Send + 'static,
-{
-    let handles: Vec<_> = nodes
-        .iter()
-        .map(|n| (n.name.clone(), tokio::spawn(f(n.clone()))))
-        .collect();
-    let mut out = Vec::new();
-    for (name, h) in handles {
-        let r = match h.await {
-            Ok(r) => r,
-            Err(e) => Err(ClientError::Protocol {
-                socket: PathBuf::new(),
-                what: format!("task failed: {e}"),
-            }),
-        };
-        out.push((name, r));
-    }
-    out
-}
 
 #[derive(Debug)]
 pub struct Lifecycle {
@@ -284,20 +239,14 @@ impl Lifecycle {
             lease: lease.to_string(),
             profile: self.profile.clone(),
         };
-        let deadline = self.deadlines.preflight;
-        let pre = on_all(&self.nodes, |n| {
-            let req = req.clone();
-            async move {
-                n.client
-                    .call_within::<PreflightReport>(
-                        deadline,
-                        Method::POST,
-                        "/v1/preflight",
-                        Some(&req),
-                    )
-                    .await
-            }
-        })
+        let pre = call_all::<PreflightReport>(
+            &self.nodes,
+            self.deadlines.preflight,
+            Method::POST,
+            "/v1/preflight",
+            Some(json(&req)),
+            Retry::Refused,
+        )
         .await;
         let mut reasons = Vec::new();
         for (node, r) in &pre {
@@ -378,16 +327,14 @@ impl Lifecycle {
             replicas: self.replicas.clone(),
             tls: self.tls.clone(),
         };
-        let path = format!("/v1/leases/{lease}/start");
-        let deadline = self.deadlines.start;
-        let started = on_all(&self.nodes, |n| {
-            let (start, path) = (start.clone(), path.clone());
-            async move {
-                n.client
-                    .call_within::<StartReport>(deadline, Method::POST, &path, Some(&start))
-                    .await
-            }
-        })
+        let started = call_all::<StartReport>(
+            &self.nodes,
+            self.deadlines.start,
+            Method::POST,
+            &format!("/v1/leases/{lease}/start"),
+            Some(json(&start)),
+            Retry::Refused,
+        )
         .await;
         let failures: Vec<String> = started
             .iter()
@@ -541,57 +488,25 @@ impl Lifecycle {
                         self.deadlines.stop
                     };
                     // Every node at once, each within the step's deadline
-                    // (a node that misses it fails the step: held); a node whose forwarded socket
-                    // refused the connection (its link is being re-made:
-                    // the links were looked at just before the cleanup,
-                    // but a master can die after that) is asked again,
-                    // alone, a few times. The steps are idempotent; any
-                    // other error holds at once.
-                    let (mut res, here) = tokio::join!(
-                        on_all(&self.nodes, |n| {
-                            let path = path.clone();
-                            async move {
-                                n.client
-                                    .call_within::<StepReport>(d, Method::POST, &path, None::<&()>)
-                                    .await
-                            }
-                        }),
+                    // (a node that misses it fails the step: held); a node
+                    // whose link is being re-made is asked again
+                    // (nodes.rs). The steps are idempotent; any other
+                    // error holds at once.
+                    let (res, here) = tokio::join!(
+                        call_all::<StepReport>(
+                            &self.nodes,
+                            d,
+                            Method::POST,
+                            &path,
+                            None,
+                            Retry::Refused
+                        ),
                         within(
                             d,
                             format!("{} on this host", step_name(step)),
                             self.host_alongside(l, step)
                         )
                     );
-                    for _ in 0..CONNECT_RETRIES {
-                        let retry: Vec<Node> = self
-                            .nodes
-                            .iter()
-                            .filter(|n| {
-                                res.iter().any(|(name, r)| {
-                                    name == &n.name && matches!(r, Err(ClientError::Connect { .. }))
-                                })
-                            })
-                            .cloned()
-                            .collect();
-                        if retry.is_empty() {
-                            break;
-                        }
-                        tokio::time::sleep(CONNECT_RETRY_DELAY).await;
-                        let again = on_all(&retry, |n| {
-                            let path = path.clone();
-                            async move {
-                                n.client
-                                    .call_within::<StepReport>(d, Method::POST, &path, None::<&()>)
-                                    .await
-                            }
-                        })
-                        .await;
-                        for (name, r) in again {
-                            if let Some(slot) = res.iter_mut().find(|(n, _)| *n == name) {
-                                slot.1 = r;
-                            }
-                        }
-                    }
                     let mut failures: Vec<Failure> = res
                         .iter()
                         .filter_map(|(node, r)| {
@@ -687,6 +602,11 @@ impl Lifecycle {
         self.cleanup(&mut l, local).await?;
         Ok(l.lease)
     }
+}
+
+/// A request body as JSON (every node gets the same).
+fn json(v: &impl serde::Serialize) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or_default()
 }
 
 /// The step's name as the lease record spells it (`kill_job`, `wipe`, ...).
