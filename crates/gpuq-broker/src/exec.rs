@@ -19,10 +19,7 @@ use crate::error::ApiError;
 use crate::exec_dirs::{open_as_owner, open_dir_nofollow, plain_abs_path, shown, Staged};
 use crate::store::Job;
 use gpuq_lease::Phase;
-use gpuq_podman::{
-    lease_labels, ContainerSpec, ExecAttach, ExecSpec, ImageId, LibpodClient, LogStream, Mount,
-    Namespace, Podman, Role,
-};
+use gpuq_podman::{ExecAttach, ExecSpec, ImageId, LibpodClient, LogStream, Podman};
 use gpuq_protocol::exec::{self as wire, to_broker, to_cli, ExecRequest};
 use gpuq_protocol::{JobId, JobState};
 use gpuq_sys::fsid::{self, FsIdentity};
@@ -253,11 +250,6 @@ impl Broker {
         // Test builds: hold here, so a test can swap the paths checked
         // above before anything is mounted (what is mounted must not change).
         crate::crash::crash_point("exec_checked");
-        let control = host.control_config(&lease.lease);
-        // The owner's admin certificate and key (0500, the owner's): the
-        // control config names them at these host paths.
-        let certs = host.user_cert_dir(&lease.lease);
-        let agent = host.agent_dir(&lease.lease);
         let image = ImageId::parse(&profile.client_image)
             .map_err(|e| ApiError::Conflict(format!("client image: {e}")))?;
         // Unique across broker restarts too: a broker that died during a
@@ -285,30 +277,15 @@ impl Broker {
             ApiError::Conflict(format!("client container: staging its mounts: {e}"))
         })?;
         let user = format!("{}:{}", job.uid, job.gid);
-        let mut spec = ContainerSpec::new(name.clone(), image);
-        spec.labels = lease_labels(&lease.lease, Role::Client);
-        spec.user = Some(user.clone());
-        spec.groups = job.groups.iter().map(u32::to_string).collect();
-        spec.network = Namespace::Host;
-        spec.cap_drop = vec!["ALL".into()];
-        spec.no_new_privileges = true;
-        spec.command = vec!["sleep".into(), "2147483647".into()];
-        let same = |p: &Path| Mount::bind(p.display().to_string(), p.display().to_string());
-        let bind = |src: &Path, dst: &Path| {
-            Mount::bind(src.display().to_string(), dst.display().to_string())
-        };
-        spec.mounts = vec![
-            bind(&submit_src, &submit),
-            same(&agent),
-            same(&control).read_only(),
-            same(&certs).read_only(),
-            Mount {
-                options: vec!["mode=1777".into()],
-                ..Mount::tmpfs("/tmp")
-            },
-        ];
-        spec.mounts
-            .extend(extra_src.iter().zip(&extra).map(|(s, d)| bind(s, d)));
+        let extra: Vec<(PathBuf, PathBuf)> = extra_src.into_iter().zip(extra).collect();
+        let spec = host.client_spec(
+            &lease.lease,
+            &name,
+            image,
+            (job.uid, job.gid, &job.groups),
+            (&submit_src, &submit),
+            &extra,
+        );
         let mut env: std::collections::BTreeMap<String, String> =
             host.job_env(&lease.lease).into_iter().collect();
         env.insert("HOME".into(), "/tmp".into());

@@ -1,6 +1,7 @@
 //! The GPU host's part of a lease, through the host's own Podman API:
 //! the admin container that runs `dmg` (format, join poll, system stop),
-//! the agent container, and removing client containers at cleanup.
+//! the agent container, the spec of every `gpuq daos-exec` session's client
+//! container, and removing client containers at cleanup.
 //!
 //! Every container is created from the profile's pinned image ID and
 //! labelled with the lease and its role, so cleanup finds exactly this
@@ -479,6 +480,47 @@ impl Host {
             }
             self.pause(POLL).await?;
         }
+    }
+
+    /// A `gpuq daos-exec` session's client container, run as the job's
+    /// owner (`uid`, `gid`, `groups`) with no capability: the caller's
+    /// checked submit directory and the operator's mounts (each a (source,
+    /// target) pair: the broker's exec.rs stages the checked directories on
+    /// paths only root can reach), the agent's socket directory, the job's
+    /// control config and the owner's certificates at their host paths
+    /// (read-only), and a private `/tmp`. Idle: the session runs in it by
+    /// exec.
+    pub fn client_spec(
+        &self,
+        lease: &str,
+        name: &str,
+        image: ImageId,
+        (uid, gid, groups): (u32, u32, &[u32]),
+        submit: (&Path, &Path),
+        extra: &[(PathBuf, PathBuf)],
+    ) -> ContainerSpec {
+        let mut spec = self.base_spec(name.to_string(), lease, Role::Client);
+        spec.image = image;
+        spec.user = Some(format!("{uid}:{gid}"));
+        spec.groups = groups.iter().map(u32::to_string).collect();
+        spec.command = vec!["sleep".into(), "2147483647".into()];
+        let bind =
+            |s: &Path, d: &Path| Mount::bind(s.display().to_string(), d.display().to_string());
+        let same = |p: &Path| bind(p, p);
+        spec.mounts = vec![
+            bind(submit.0, submit.1),
+            same(&self.agent_dir(lease)),
+            same(&self.control_config(lease)).read_only(),
+            // The owner's admin certificate and key (0500, the owner's):
+            // the control config names them at these host paths.
+            same(&self.user_cert_dir(lease)).read_only(),
+            Mount {
+                options: vec!["mode=1777".into()],
+                ..Mount::tmpfs("/tmp")
+            },
+        ];
+        spec.mounts.extend(extra.iter().map(|(s, d)| bind(s, d)));
+        spec
     }
 
     /// Start the agent and wait for its socket.
