@@ -56,27 +56,12 @@ fn error(e: &ApiError) -> Response<Body> {
 /// tests and socket activation can hand one in).
 pub async fn serve(listener: UnixListener, broker: Arc<Broker>) {
     let conns = Arc::clone(broker.connections());
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                // EMFILE among them: wait for descriptors to come back.
-                tracing::warn!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let peer = match stream.peer_cred() {
-            Ok(c) => Peer {
-                uid: c.uid(),
-                gid: c.gid(),
-                pid: c.pid(),
-                groups: gpuq_sys::proc::peer_groups(stream.as_raw_fd()).unwrap_or_default(),
-            },
-            Err(e) => {
-                tracing::warn!("peer credentials: {e}; dropping connection");
-                continue;
-            }
+    gpuq_serve::accept_loop(listener, "broker API", move |stream, cred| {
+        let peer = Peer {
+            uid: cred.uid,
+            gid: cred.gid,
+            pid: cred.pid,
+            groups: gpuq_sys::proc::peer_groups(stream.as_raw_fd()).unwrap_or_default(),
         };
         match conns.admit(peer.uid) {
             Ok(slot) => {
@@ -91,7 +76,8 @@ pub async fn serve(listener: UnixListener, broker: Arc<Broker>) {
                 }
             },
         }
-    }
+    })
+    .await
 }
 
 async fn serve_connection(stream: UnixStream, broker: Arc<Broker>, peer: Peer, slot: Slot) {

@@ -145,16 +145,8 @@ pub async fn serve<P: Podman + 'static>(listener: UnixListener, service: NodeSer
         one_step: Mutex::new(()),
         metrics: std::sync::Mutex::new(metrics),
     });
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let uid = stream.peer_cred().map(|c| c.uid()).ok();
+    gpuq_serve::accept_loop(listener, "node API", move |stream, peer| {
+        let uid = peer.uid;
         let shared = Arc::clone(&shared);
         tokio::spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
@@ -187,7 +179,8 @@ pub async fn serve<P: Podman + 'static>(listener: UnixListener, service: NodeSer
                 tracing::debug!("connection: {e}");
             }
         });
-    }
+    })
+    .await
 }
 
 async fn read_json<T: serde::de::DeserializeOwned>(req: Request<Incoming>) -> Result<T, ApiError> {
@@ -260,10 +253,10 @@ impl Findings for gpuq_manifest::report::HostInstall {}
 
 async fn route<P: Podman + 'static>(
     shared: &Arc<Shared<P>>,
-    uid: Option<u32>,
+    uid: u32,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ApiError> {
-    if uid != Some(0) {
+    if uid != 0 {
         return Err(ApiError::Forbidden(
             "the node helper serves root only (the broker reaches it over SSH as root)".into(),
         ));
