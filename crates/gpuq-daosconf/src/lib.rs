@@ -1,6 +1,12 @@
-//! `daos_server.yml`, rendered for exactly one DAOS version.
+//! DAOS's YAML configuration files, as gpuq writes them:
+//! - [`ServerConfig`]: a storage node's `daos_server.yml`, for exactly one
+//!   DAOS version;
+//! - [`ControlConfig`]: dmg's `daos_control.yml` on the GPU host;
+//! - [`AgentConfig`]: `daos_agent.yml` on the GPU host;
 //!
-//! DAOS parses its server configuration strictly (`yaml.UnmarshalStrict`): an
+//! the latter two with the client certificates of a [`Transport`].
+//!
+//! DAOS parses its configuration strictly (`yaml.UnmarshalStrict`): an
 //! unknown key is fatal, so what we write must match the pinned image's
 //! version (docs/daos-facts.md, "Versions"):
 //! - 2.8 names the management-service replicas `mgmt_svc_replicas`
@@ -14,20 +20,20 @@
 //! (a documented server key) where hosts share a hostname; server logs go
 //! to the container's output, which the node helper keeps per lease.
 //!
-//! [`ServerConfig::render`] first validates every value to a small
-//! character set (names, host names, absolute paths, PCI addresses), then
+//! Each `render` first validates every value to a small character set
+//! (names, host names and addresses, absolute paths, PCI addresses), then
 //! copies the configuration into private `#[derive(Serialize)]` structs
-//! whose field order is the key order DAOS's template has, and serialises
+//! whose field order is the key order of DAOS's templates, and serialises
 //! them with `serde_norway` (the YAML library daos-sim reads the same files
 //! with). The serialiser quotes whatever YAML needs quoted; the validation
 //! stays all the same: no input can inject a key, no value is one DAOS
 //! would read differently from what was meant, and a refusal names the
-//! field at fault. Each lease renders its own file with its own
+//! field at fault. Each lease renders its own server file with its own
 //! `control_metadata.path`: a server that finds old metadata rejoins the old
 //! system instead of waiting for a format (daos.md "Why a fresh metadata
 //! path per job").
 //!
-//! The crate is pure: it returns the text, the caller writes the file.
+//! The crate is pure: `render` returns the text, the caller writes the file.
 
 use serde::Serialize;
 use thiserror::Error;
@@ -101,6 +107,74 @@ pub struct ServerConfig {
     pub cert_dir: Option<String>,
 }
 
+/// A DAOS client's certificate paths (dmg's or the agent's), as the client
+/// sees them: the system's CA certificate and the client's own certificate
+/// and key. The GPU host's clients always use mutual TLS, so their
+/// `transport_config` has `allow_insecure: false` and these three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transport {
+    pub ca_cert: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl Transport {
+    /// `<dir>/daosCA.crt`, `<dir>/<who>.crt`, `<dir>/<who>.key`: the
+    /// layout gpuq-leasecert installs (`who` is `admin` or `agent`).
+    pub fn in_dir(dir: &str, who: &str) -> Self {
+        Transport {
+            ca_cert: format!("{dir}/daosCA.crt"),
+            cert: format!("{dir}/{who}.crt"),
+            key: format!("{dir}/{who}.key"),
+        }
+    }
+
+    fn validate(&self) -> Result<(), RenderError> {
+        path("ca_cert", &self.ca_cert)?;
+        path("cert", &self.cert)?;
+        path("key", &self.key)
+    }
+
+    fn yaml(&self) -> TransportYaml {
+        TransportYaml {
+            allow_insecure: false,
+            client_cert_dir: None,
+            ca_cert: Some(self.ca_cert.clone()),
+            cert: Some(self.cert.clone()),
+            key: Some(self.key.clone()),
+        }
+    }
+}
+
+/// dmg's `daos_control.yml` on the GPU host: which system, where its
+/// servers listen, and the admin certificate to present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// The DAOS system name (the servers' `name`).
+    pub system: String,
+    /// The servers' control port.
+    pub port: u16,
+    /// Where dmg reaches the servers: host names or addresses, each
+    /// optionally with `:port`.
+    pub hostlist: Vec<String>,
+    pub transport: Transport,
+}
+
+/// `daos_agent.yml` on the GPU host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// The DAOS system name (the servers' `name`).
+    pub system: String,
+    /// The management-service replicas the agent asks for the system's
+    /// attach info: host names or addresses, each optionally with `:port`.
+    pub access_points: Vec<String>,
+    /// The servers' control port.
+    pub port: u16,
+    pub transport: Transport,
+    /// Where the agent makes its socket, as the agent sees it.
+    pub runtime_dir: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RenderError {
     #[error(
@@ -139,6 +213,17 @@ fn check(
 
 fn name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "-_.".contains(c)
+}
+
+/// A host name, an IPv4 or IPv6 address, each optionally with `:port`
+/// (DAOS's hostlist and access_points take all of these).
+fn address(field: &'static str, value: &str) -> Result<(), RenderError> {
+    check(
+        field,
+        value,
+        |c| name_char(c) || c == ':',
+        "use a host name or address, optionally with :port",
+    )
 }
 
 fn path(field: &'static str, value: &str) -> Result<(), RenderError> {
@@ -290,6 +375,86 @@ impl ServerConfig {
     }
 }
 
+/// The system name and control port, as the server config checks them.
+fn system_and_port(system: &str, port: u16) -> Result<(), RenderError> {
+    check("name", system, name_char, "use letters, digits, - _ .")?;
+    if port == 0 {
+        return Err(RenderError::Shape("port 0 is not a control port".into()));
+    }
+    Ok(())
+}
+
+fn addresses(field: &'static str, list: &[String]) -> Result<(), RenderError> {
+    if list.is_empty() {
+        return Err(RenderError::Shape(format!("{field} is empty")));
+    }
+    list.iter().try_for_each(|a| address(field, a))
+}
+
+/// `# <comment>` and a newline. One line of text: a line break would end
+/// the comment and let the rest be read as keys.
+fn comment_line(comment: &str) -> Result<String, RenderError> {
+    if comment.chars().any(char::is_control) {
+        return Err(RenderError::Invalid {
+            field: "comment",
+            value: comment.to_string(),
+            why: "one line of text without control characters",
+        });
+    }
+    Ok(format!("{}\n", format!("# {comment}").trim_end()))
+}
+
+impl ControlConfig {
+    fn validate(&self) -> Result<(), RenderError> {
+        system_and_port(&self.system, self.port)?;
+        addresses("hostlist", &self.hostlist)?;
+        self.transport.validate()
+    }
+
+    /// The YAML text: `# <comment>` (one line, e.g. which lease it is
+    /// for), then `name`, `port`, `hostlist` and `transport_config`.
+    pub fn render(&self, comment: &str) -> Result<String, RenderError> {
+        let head = comment_line(comment)?;
+        self.validate()?;
+        to_yaml(
+            &head,
+            &ControlYaml {
+                name: &self.system,
+                port: self.port,
+                hostlist: &self.hostlist,
+                transport_config: self.transport.yaml(),
+            },
+        )
+    }
+}
+
+impl AgentConfig {
+    fn validate(&self) -> Result<(), RenderError> {
+        system_and_port(&self.system, self.port)?;
+        addresses("access_points", &self.access_points)?;
+        self.transport.validate()?;
+        path("runtime_dir", &self.runtime_dir)
+    }
+
+    /// The YAML text: `# <comment>` (one line, e.g. which lease it is
+    /// for), then `name`, `access_points`, `port`, `transport_config` and
+    /// `runtime_dir`.
+    pub fn render(&self, comment: &str) -> Result<String, RenderError> {
+        let head = comment_line(comment)?;
+        self.validate()?;
+        to_yaml(
+            &head,
+            &AgentYaml {
+                name: &self.system,
+                access_points: &self.access_points,
+                port: self.port,
+                transport_config: self.transport.yaml(),
+                runtime_dir: &self.runtime_dir,
+            },
+        )
+    }
+}
+
 // The files as serde sees them. Field order is key order in the output;
 // it follows DAOS's templates (utils/config/daos_server.yml,
 // docs/daos-facts.md). Keys a version or a mode does not have are skipped,
@@ -410,6 +575,26 @@ enum TierYaml<'a> {
         bdev_list: &'a [String],
         bdev_size: u32,
     },
+}
+
+/// dmg's keys (utils/config/daos_control.yml).
+#[derive(Serialize)]
+struct ControlYaml<'a> {
+    name: &'a str,
+    port: u16,
+    hostlist: &'a [String],
+    transport_config: TransportYaml,
+}
+
+/// The agent's keys (utils/config/daos_agent.yml); `access_points` in 2.8
+/// as in 2.6.
+#[derive(Serialize)]
+struct AgentYaml<'a> {
+    name: &'a str,
+    access_points: &'a [String],
+    port: u16,
+    transport_config: TransportYaml,
+    runtime_dir: &'a str,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -688,6 +873,138 @@ mod tests {
                 }
             }
         }
+    }
+
+    fn control() -> ControlConfig {
+        ControlConfig {
+            system: "daos_server".into(),
+            port: 10001,
+            hostlist: vec!["10.200.0.11".into(), "da2:10001".into()],
+            transport: Transport::in_dir("/etc/daos", "admin"),
+        }
+    }
+
+    fn agent() -> AgentConfig {
+        AgentConfig {
+            system: "daos_server".into(),
+            access_points: vec!["da1".into(), "da2".into(), "da3".into()],
+            port: 10001,
+            transport: Transport::in_dir("/etc/daos", "agent"),
+            runtime_dir: "/var/run/daos_agent".into(),
+        }
+    }
+
+    fn assert_client_transport(t: &Value, who: &str) {
+        assert_eq!(keys(t), ["allow_insecure", "ca_cert", "cert", "key"]);
+        assert_eq!(t["allow_insecure"], false);
+        assert_eq!(t["ca_cert"], "/etc/daos/daosCA.crt");
+        assert_eq!(t["cert"], format!("/etc/daos/{who}.crt"));
+        assert_eq!(t["key"], format!("/etc/daos/{who}.key"));
+    }
+
+    #[test]
+    fn control_config_renders_dmg_keys() {
+        let y = control()
+            .render("Written by gpuq-broker for lease L42.")
+            .unwrap();
+        assert_eq!(
+            y.lines().next(),
+            Some("# Written by gpuq-broker for lease L42."),
+            "{y}"
+        );
+        let v = parse(&y);
+        assert_eq!(
+            keys(&v),
+            ["name", "port", "hostlist", "transport_config"],
+            "{y}"
+        );
+        assert_eq!(v["name"], "daos_server");
+        assert_eq!(v["port"], 10001);
+        assert_eq!(strings(&v["hostlist"]), ["10.200.0.11", "da2:10001"]);
+        assert_client_transport(&v["transport_config"], "admin");
+        let bare = control().render("").unwrap();
+        assert_eq!(bare.lines().next(), Some("#"), "{bare}");
+    }
+
+    #[test]
+    fn agent_config_renders_agent_keys() {
+        let y = agent()
+            .render("Written by gpuq-broker for lease L42.")
+            .unwrap();
+        assert_eq!(
+            y.lines().next(),
+            Some("# Written by gpuq-broker for lease L42."),
+            "{y}"
+        );
+        let v = parse(&y);
+        assert_eq!(
+            keys(&v),
+            [
+                "name",
+                "access_points",
+                "port",
+                "transport_config",
+                "runtime_dir"
+            ],
+            "{y}"
+        );
+        assert_eq!(v["name"], "daos_server");
+        assert_eq!(strings(&v["access_points"]), ["da1", "da2", "da3"]);
+        assert_eq!(v["port"], 10001);
+        assert_client_transport(&v["transport_config"], "agent");
+        assert_eq!(v["runtime_dir"], "/var/run/daos_agent");
+    }
+
+    #[test]
+    fn client_configs_refuse_bad_values() {
+        let refused = |c: &ControlConfig, a: &AgentConfig, what: &str| {
+            assert!(c.render("x").is_err(), "control: {what}");
+            assert!(a.render("x").is_err(), "agent: {what}");
+        };
+        let (mut c, mut a) = (control(), agent());
+        c.system = "daos\nport: 1".into();
+        a.system = c.system.clone();
+        refused(&c, &a, "a newline in the name");
+        let (mut c, mut a) = (control(), agent());
+        c.system = "daos:server".into();
+        a.system = c.system.clone();
+        refused(&c, &a, "a colon in the name");
+        let (mut c, mut a) = (control(), agent());
+        c.transport.key = "etc/daos/admin.key".into();
+        a.transport.ca_cert = "daosCA.crt".into();
+        refused(&c, &a, "a relative certificate path");
+        let (mut c, mut a) = (control(), agent());
+        c.transport.cert = "/etc/daos/../admin.crt".into();
+        a.transport = Transport::in_dir("/etc/daos", "agent\nallow_insecure: true");
+        refused(&c, &a, "'..' or a newline in a certificate path");
+        let (mut c, mut a) = (control(), agent());
+        c.port = 0;
+        a.port = 0;
+        refused(&c, &a, "port 0");
+        let (mut c, mut a) = (control(), agent());
+        c.hostlist.clear();
+        a.access_points.clear();
+        refused(&c, &a, "no servers");
+        let (mut c, mut a) = (control(), agent());
+        c.hostlist[1] = "da2 da3".into();
+        a.access_points[1] = "[da2]".into();
+        refused(&c, &a, "a space or brackets in an address");
+
+        let mut a = agent();
+        a.runtime_dir = "var/run/daos_agent".into();
+        assert!(a.render("x").is_err(), "a relative runtime_dir");
+        let e = control().render("lease L42\nname: other").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RenderError::Invalid {
+                    field: "comment",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(agent().render("lease L42\r").is_err());
     }
 
     #[test]
