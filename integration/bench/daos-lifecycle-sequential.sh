@@ -67,7 +67,8 @@ server_yml() { # NODE LEASE
 # Rendered by gpuq for DAOS V2_8; do not edit.
 name: daos_server
 port: 10001
-mgmt_svc_replicas: ['$(daos_addr da1)']
+mgmt_svc_replicas:
+- $(daos_addr da1)
 provider: ofi+tcp
 transport_config:
   allow_insecure: true
@@ -77,16 +78,17 @@ disable_vfio: true
 fault_path: /$1
 disable_hugepages: true
 engines:
-  - targets: 1
-    fabric_iface: eth0
-    fabric_iface_port: 31416
-    storage:
-      - class: ram
-        scm_mount: /mnt/daos
-        scm_size: 1
-      - class: file
-        bdev_list: ['$t/bdev0']
-        bdev_size: 1
+- targets: 1
+  fabric_iface: eth0
+  fabric_iface_port: 31416
+  storage:
+  - class: ram
+    scm_mount: /mnt/daos
+    scm_size: 1
+  - class: file
+    bdev_list:
+    - $t/bdev0
+    bdev_size: 1
 YML
 }
 # As gpuq-broker writes them for the admin and agent containers.

@@ -1,6 +1,12 @@
-//! `daos_server.yml`, rendered for exactly one DAOS version.
+//! DAOS's YAML configuration files, as gpuq writes them:
+//! - [`ServerConfig`]: a storage node's `daos_server.yml`, for exactly one
+//!   DAOS version;
+//! - [`ControlConfig`]: dmg's `daos_control.yml` on the GPU host;
+//! - [`AgentConfig`]: `daos_agent.yml` on the GPU host;
 //!
-//! DAOS parses its server configuration strictly (`yaml.UnmarshalStrict`): an
+//! the latter two with the client certificates of a [`Transport`].
+//!
+//! DAOS parses its configuration strictly (`yaml.UnmarshalStrict`): an
 //! unknown key is fatal, so what we write must match the pinned image's
 //! version (docs/daos-facts.md, "Versions"):
 //! - 2.8 names the management-service replicas `mgmt_svc_replicas`
@@ -14,14 +20,22 @@
 //! (a documented server key) where hosts share a hostname; server logs go
 //! to the container's output, which the node helper keeps per lease.
 //!
-//! Every value is validated to a small character set before it is written,
-//! so the output needs no YAML quoting rules beyond single quotes, and no
-//! input can inject a key. Each lease renders its own file with its own
+//! Each `render` first validates every value to a small character set
+//! (names, host names and addresses, absolute paths, PCI addresses), then
+//! copies the configuration into private `#[derive(Serialize)]` structs
+//! whose field order is the key order of DAOS's templates, and serialises
+//! them with `serde_norway` (the YAML library daos-sim reads the same files
+//! with). The serialiser quotes whatever YAML needs quoted; the validation
+//! stays all the same: no input can inject a key, no value is one DAOS
+//! would read differently from what was meant, and a refusal names the
+//! field at fault. Each lease renders its own server file with its own
 //! `control_metadata.path`: a server that finds old metadata rejoins the old
 //! system instead of waiting for a format (daos.md "Why a fresh metadata
 //! path per job").
+//!
+//! The crate is pure: `render` returns the text, the caller writes the file.
 
-use std::fmt::Write;
+use serde::Serialize;
 use thiserror::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +107,74 @@ pub struct ServerConfig {
     pub cert_dir: Option<String>,
 }
 
+/// A DAOS client's certificate paths (dmg's or the agent's), as the client
+/// sees them: the system's CA certificate and the client's own certificate
+/// and key. The GPU host's clients always use mutual TLS, so their
+/// `transport_config` has `allow_insecure: false` and these three.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transport {
+    pub ca_cert: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl Transport {
+    /// `<dir>/daosCA.crt`, `<dir>/<who>.crt`, `<dir>/<who>.key`: the
+    /// layout gpuq-leasecert installs (`who` is `admin` or `agent`).
+    pub fn in_dir(dir: &str, who: &str) -> Self {
+        Transport {
+            ca_cert: format!("{dir}/daosCA.crt"),
+            cert: format!("{dir}/{who}.crt"),
+            key: format!("{dir}/{who}.key"),
+        }
+    }
+
+    fn validate(&self) -> Result<(), RenderError> {
+        path("ca_cert", &self.ca_cert)?;
+        path("cert", &self.cert)?;
+        path("key", &self.key)
+    }
+
+    fn yaml(&self) -> TransportYaml {
+        TransportYaml {
+            allow_insecure: false,
+            client_cert_dir: None,
+            ca_cert: Some(self.ca_cert.clone()),
+            cert: Some(self.cert.clone()),
+            key: Some(self.key.clone()),
+        }
+    }
+}
+
+/// dmg's `daos_control.yml` on the GPU host: which system, where its
+/// servers listen, and the admin certificate to present.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControlConfig {
+    /// The DAOS system name (the servers' `name`).
+    pub system: String,
+    /// The servers' control port.
+    pub port: u16,
+    /// Where dmg reaches the servers: host names or addresses, each
+    /// optionally with `:port`.
+    pub hostlist: Vec<String>,
+    pub transport: Transport,
+}
+
+/// `daos_agent.yml` on the GPU host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    /// The DAOS system name (the servers' `name`).
+    pub system: String,
+    /// The management-service replicas the agent asks for the system's
+    /// attach info: host names or addresses, each optionally with `:port`.
+    pub access_points: Vec<String>,
+    /// The servers' control port.
+    pub port: u16,
+    pub transport: Transport,
+    /// Where the agent makes its socket, as the agent sees it.
+    pub runtime_dir: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum RenderError {
     #[error(
@@ -107,6 +189,10 @@ pub enum RenderError {
     },
     #[error("{0}")]
     Shape(String),
+    /// The serialiser refused a document (a bug here: the documents are
+    /// plain structs of strings, numbers and lists).
+    #[error("serialising the YAML failed: {0}")]
+    Serialise(String),
 }
 
 fn check(
@@ -127,6 +213,17 @@ fn check(
 
 fn name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || "-_.".contains(c)
+}
+
+/// A host name, an IPv4 or IPv6 address, each optionally with `:port`
+/// (DAOS's hostlist and access_points take all of these).
+fn address(field: &'static str, value: &str) -> Result<(), RenderError> {
+    check(
+        field,
+        value,
+        |c| name_char(c) || c == ':',
+        "use a host name or address, optionally with :port",
+    )
 }
 
 fn path(field: &'static str, value: &str) -> Result<(), RenderError> {
@@ -156,11 +253,6 @@ pub fn is_pci_address(s: &str) -> bool {
         && s.char_indices()
             .filter(|(i, _)| ![4, 7, 10].contains(i))
             .all(|(_, c)| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
-}
-
-fn list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|i| format!("'{i}'")).collect();
-    format!("[{}]", quoted.join(", "))
 }
 
 impl ServerConfig {
@@ -244,78 +336,281 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The YAML text for this configuration.
+    /// The YAML text for this configuration: a comment line naming the
+    /// DAOS version, then the keys in the order DAOS's template has them.
     pub fn render(&self) -> Result<String, RenderError> {
         self.validate()?;
-        let mut y = String::new();
-        let _ = writeln!(
-            y,
-            "# Rendered by gpuq for DAOS {:?}; do not edit.",
-            self.version
-        );
-        let _ = writeln!(y, "name: {}", self.name);
-        let _ = writeln!(y, "port: {}", self.port);
-        let key = match self.version {
-            DaosVersion::V2_8 => "mgmt_svc_replicas",
-            DaosVersion::V2_6 | DaosVersion::V2_6_5 => "access_points",
+        // 2.8 refuses `access_points` next to `mgmt_svc_replicas`, 2.6
+        // does not know `mgmt_svc_replicas`: exactly one is written.
+        let (mgmt_svc_replicas, access_points) = match self.version {
+            DaosVersion::V2_8 => (Some(&self.replicas[..]), None),
+            DaosVersion::V2_6 | DaosVersion::V2_6_5 => (None, Some(&self.replicas[..])),
         };
-        let _ = writeln!(y, "{key}: {}", list(&self.replicas));
-        let _ = writeln!(y, "provider: {}", self.provider);
-        match &self.cert_dir {
-            // DAOS's keys (security/config.go); client_cert_dir holds the
-            // agent's certificate (utils/config/daos_server.yml).
-            Some(d) => {
-                let _ = writeln!(
-                    y,
-                    "transport_config:\n  allow_insecure: false\n  client_cert_dir: {d}/clients\n  ca_cert: {d}/daosCA.crt\n  cert: {d}/server.crt\n  key: {d}/server.key"
-                );
-            }
-            None => {
-                let _ = writeln!(y, "transport_config:\n  allow_insecure: true");
-            }
-        }
-        let _ = writeln!(y, "control_metadata:\n  path: {}", self.control_metadata);
-        let _ = writeln!(y, "disable_vfio: true");
-        if let Some(fp) = &self.fault_path {
-            let _ = writeln!(y, "fault_path: {fp}");
-        }
-        if self.disable_hugepages {
-            let _ = writeln!(y, "disable_hugepages: true");
-        }
-        if self.allow_thp {
-            let _ = writeln!(y, "allow_thp: true");
-        }
-        let _ = writeln!(y, "engines:");
-        for e in &self.engines {
-            let _ = writeln!(y, "  - targets: {}", e.targets);
-            let _ = writeln!(y, "    fabric_iface: {}", e.fabric_iface);
-            let _ = writeln!(y, "    fabric_iface_port: {}", e.fabric_iface_port);
-            let _ = writeln!(y, "    storage:");
-            let _ = writeln!(
-                y,
-                "      - class: ram\n        scm_mount: {}\n        scm_size: {}",
-                e.scm_mount, e.scm_size_gib
-            );
-            match &e.bdev {
-                Bdev::Nvme { pci } => {
-                    let _ = writeln!(y, "      - class: nvme\n        bdev_list: {}", list(pci));
-                }
-                Bdev::File { paths, size_gib } => {
-                    let _ = writeln!(
-                        y,
-                        "      - class: file\n        bdev_list: {}\n        bdev_size: {size_gib}",
-                        list(paths)
-                    );
-                }
-            }
-        }
-        Ok(y)
+        let doc = ServerYaml {
+            name: &self.name,
+            port: self.port,
+            mgmt_svc_replicas,
+            access_points,
+            provider: &self.provider,
+            transport_config: match &self.cert_dir {
+                Some(d) => TransportYaml::server(d),
+                None => TransportYaml::insecure(),
+            },
+            control_metadata: ControlMetadataYaml {
+                path: &self.control_metadata,
+            },
+            disable_vfio: true,
+            fault_path: self.fault_path.as_deref(),
+            disable_hugepages: self.disable_hugepages,
+            allow_thp: self.allow_thp,
+            engines: self.engines.iter().map(EngineYaml::from).collect(),
+        };
+        to_yaml(
+            &format!(
+                "# Rendered by gpuq for DAOS {:?}; do not edit.\n",
+                self.version
+            ),
+            &doc,
+        )
     }
+}
+
+/// The system name and control port, as the server config checks them.
+fn system_and_port(system: &str, port: u16) -> Result<(), RenderError> {
+    check("name", system, name_char, "use letters, digits, - _ .")?;
+    if port == 0 {
+        return Err(RenderError::Shape("port 0 is not a control port".into()));
+    }
+    Ok(())
+}
+
+fn addresses(field: &'static str, list: &[String]) -> Result<(), RenderError> {
+    if list.is_empty() {
+        return Err(RenderError::Shape(format!("{field} is empty")));
+    }
+    list.iter().try_for_each(|a| address(field, a))
+}
+
+/// `# <comment>` and a newline. One line of text: a line break would end
+/// the comment and let the rest be read as keys.
+fn comment_line(comment: &str) -> Result<String, RenderError> {
+    if comment.chars().any(char::is_control) {
+        return Err(RenderError::Invalid {
+            field: "comment",
+            value: comment.to_string(),
+            why: "one line of text without control characters",
+        });
+    }
+    Ok(format!("{}\n", format!("# {comment}").trim_end()))
+}
+
+impl ControlConfig {
+    fn validate(&self) -> Result<(), RenderError> {
+        system_and_port(&self.system, self.port)?;
+        addresses("hostlist", &self.hostlist)?;
+        self.transport.validate()
+    }
+
+    /// The YAML text: `# <comment>` (one line, e.g. which lease it is
+    /// for), then `name`, `port`, `hostlist` and `transport_config`.
+    pub fn render(&self, comment: &str) -> Result<String, RenderError> {
+        let head = comment_line(comment)?;
+        self.validate()?;
+        to_yaml(
+            &head,
+            &ControlYaml {
+                name: &self.system,
+                port: self.port,
+                hostlist: &self.hostlist,
+                transport_config: self.transport.yaml(),
+            },
+        )
+    }
+}
+
+impl AgentConfig {
+    fn validate(&self) -> Result<(), RenderError> {
+        system_and_port(&self.system, self.port)?;
+        addresses("access_points", &self.access_points)?;
+        self.transport.validate()?;
+        path("runtime_dir", &self.runtime_dir)
+    }
+
+    /// The YAML text: `# <comment>` (one line, e.g. which lease it is
+    /// for), then `name`, `access_points`, `port`, `transport_config` and
+    /// `runtime_dir`.
+    pub fn render(&self, comment: &str) -> Result<String, RenderError> {
+        let head = comment_line(comment)?;
+        self.validate()?;
+        to_yaml(
+            &head,
+            &AgentYaml {
+                name: &self.system,
+                access_points: &self.access_points,
+                port: self.port,
+                transport_config: self.transport.yaml(),
+                runtime_dir: &self.runtime_dir,
+            },
+        )
+    }
+}
+
+// The files as serde sees them. Field order is key order in the output;
+// it follows DAOS's templates (utils/config/daos_server.yml,
+// docs/daos-facts.md). Keys a version or a mode does not have are skipped,
+// not written empty: the strict parser refuses an unknown key, and an
+// empty one can mean something else than an absent one.
+
+#[derive(Serialize)]
+struct ServerYaml<'a> {
+    name: &'a str,
+    port: u16,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mgmt_svc_replicas: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    access_points: Option<&'a [String]>,
+    provider: &'a str,
+    transport_config: TransportYaml,
+    control_metadata: ControlMetadataYaml<'a>,
+    disable_vfio: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fault_path: Option<&'a str>,
+    #[serde(skip_serializing_if = "is_false")]
+    disable_hugepages: bool,
+    /// Before 2.6.5 not a key at all (validate refuses it there).
+    #[serde(skip_serializing_if = "is_false")]
+    allow_thp: bool,
+    engines: Vec<EngineYaml<'a>>,
+}
+
+/// DAOS's keys (security/config.go). Without certificates only
+/// `allow_insecure: true`.
+#[derive(Serialize)]
+struct TransportYaml {
+    allow_insecure: bool,
+    /// Server only: where the agent's certificate is
+    /// (utils/config/daos_server.yml).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_cert_dir: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca_cert: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cert: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+}
+
+impl TransportYaml {
+    fn insecure() -> Self {
+        TransportYaml {
+            allow_insecure: true,
+            client_cert_dir: None,
+            ca_cert: None,
+            cert: None,
+            key: None,
+        }
+    }
+
+    /// The server's files in its certificate directory.
+    fn server(d: &str) -> Self {
+        TransportYaml {
+            allow_insecure: false,
+            client_cert_dir: Some(format!("{d}/clients")),
+            ca_cert: Some(format!("{d}/daosCA.crt")),
+            cert: Some(format!("{d}/server.crt")),
+            key: Some(format!("{d}/server.key")),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct ControlMetadataYaml<'a> {
+    path: &'a str,
+}
+
+#[derive(Serialize)]
+struct EngineYaml<'a> {
+    targets: u32,
+    fabric_iface: &'a str,
+    fabric_iface_port: u16,
+    /// The `ram` SCM tier first, then the bdev tier (DAOS wants SCM first).
+    storage: [TierYaml<'a>; 2],
+}
+
+impl<'a> From<&'a Engine> for EngineYaml<'a> {
+    fn from(e: &'a Engine) -> Self {
+        EngineYaml {
+            targets: e.targets,
+            fabric_iface: &e.fabric_iface,
+            fabric_iface_port: e.fabric_iface_port,
+            storage: [
+                TierYaml::Ram {
+                    scm_mount: &e.scm_mount,
+                    scm_size: e.scm_size_gib,
+                },
+                match &e.bdev {
+                    Bdev::Nvme { pci } => TierYaml::Nvme { bdev_list: pci },
+                    Bdev::File { paths, size_gib } => TierYaml::File {
+                        bdev_list: paths,
+                        bdev_size: *size_gib,
+                    },
+                },
+            ],
+        }
+    }
+}
+
+/// One `storage` tier; `class` is written first, as the tag.
+#[derive(Serialize)]
+#[serde(tag = "class", rename_all = "lowercase")]
+enum TierYaml<'a> {
+    Ram {
+        scm_mount: &'a str,
+        scm_size: u32,
+    },
+    Nvme {
+        bdev_list: &'a [String],
+    },
+    File {
+        bdev_list: &'a [String],
+        bdev_size: u32,
+    },
+}
+
+/// dmg's keys (utils/config/daos_control.yml).
+#[derive(Serialize)]
+struct ControlYaml<'a> {
+    name: &'a str,
+    port: u16,
+    hostlist: &'a [String],
+    transport_config: TransportYaml,
+}
+
+/// The agent's keys (utils/config/daos_agent.yml); `access_points` in 2.8
+/// as in 2.6.
+#[derive(Serialize)]
+struct AgentYaml<'a> {
+    name: &'a str,
+    access_points: &'a [String],
+    port: u16,
+    transport_config: TransportYaml,
+    runtime_dir: &'a str,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// `head` (comment lines, each ending in a newline), then `doc` as YAML.
+fn to_yaml<T: Serialize>(head: &str, doc: &T) -> Result<String, RenderError> {
+    let body = serde_norway::to_string(doc).map_err(|e| RenderError::Serialise(e.to_string()))?;
+    Ok(format!("{head}{body}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_norway::Value;
 
     fn cfg(version: DaosVersion) -> ServerConfig {
         ServerConfig {
@@ -342,22 +637,126 @@ mod tests {
         }
     }
 
+    fn parse(y: &str) -> Value {
+        serde_norway::from_str(y).unwrap_or_else(|e| panic!("{e}\n{y}"))
+    }
+
+    /// A mapping's keys, in the order written.
+    fn keys(v: &Value) -> Vec<&str> {
+        v.as_mapping()
+            .unwrap_or_else(|| panic!("not a mapping: {v:?}"))
+            .keys()
+            .map(|k| k.as_str().unwrap())
+            .collect()
+    }
+
+    fn strings(v: &Value) -> Vec<&str> {
+        v.as_sequence()
+            .unwrap_or_else(|| panic!("not a sequence: {v:?}"))
+            .iter()
+            .map(|s| s.as_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn keys_come_in_daos_order_with_their_values() {
+        let y = cfg(DaosVersion::V2_8).render().unwrap();
+        assert_eq!(
+            y.lines().next(),
+            Some("# Rendered by gpuq for DAOS V2_8; do not edit."),
+            "{y}"
+        );
+        let v = parse(&y);
+        assert_eq!(
+            keys(&v),
+            [
+                "name",
+                "port",
+                "mgmt_svc_replicas",
+                "provider",
+                "transport_config",
+                "control_metadata",
+                "disable_vfio",
+                "engines"
+            ],
+            "{y}"
+        );
+        assert_eq!(v["name"], "daos_server");
+        assert_eq!(v["port"], 10001);
+        assert_eq!(v["provider"], "ofi+tcp");
+        assert_eq!(keys(&v["control_metadata"]), ["path"]);
+        assert_eq!(
+            v["control_metadata"]["path"],
+            "/var/lib/gpuqueue-daos/jobs/L42/control_meta"
+        );
+        assert_eq!(v["disable_vfio"], true);
+        let engines = v["engines"].as_sequence().unwrap();
+        assert_eq!(engines.len(), 1);
+        let e = &engines[0];
+        assert_eq!(
+            keys(e),
+            ["targets", "fabric_iface", "fabric_iface_port", "storage"]
+        );
+        assert_eq!(e["targets"], 4);
+        assert_eq!(e["fabric_iface"], "eth0");
+        assert_eq!(e["fabric_iface_port"], 31416);
+        let ram = &e["storage"][0];
+        assert_eq!(keys(ram), ["class", "scm_mount", "scm_size"]);
+        assert_eq!(ram["class"], "ram");
+        assert_eq!(ram["scm_mount"], "/mnt/daos");
+        assert_eq!(ram["scm_size"], 16);
+
+        // Every optional key, where it goes (2.6.5 knows allow_thp).
+        let mut all = cfg(DaosVersion::V2_6_5);
+        all.fault_path = Some("/da1".into());
+        all.disable_hugepages = true;
+        all.allow_thp = true;
+        let y = all.render().unwrap();
+        assert_eq!(
+            keys(&parse(&y)),
+            [
+                "name",
+                "port",
+                "access_points",
+                "provider",
+                "transport_config",
+                "control_metadata",
+                "disable_vfio",
+                "fault_path",
+                "disable_hugepages",
+                "allow_thp",
+                "engines"
+            ],
+            "{y}"
+        );
+    }
+
     #[test]
     fn a_cert_dir_turns_on_mutual_tls() {
         let y = cfg(DaosVersion::V2_8).render().unwrap();
-        assert!(
-            y.contains("transport_config:\n  allow_insecure: true\n"),
-            "{y}"
-        );
+        let t = &parse(&y)["transport_config"];
+        assert_eq!(keys(t), ["allow_insecure"], "{y}");
+        assert_eq!(t["allow_insecure"], true);
         let mut c = cfg(DaosVersion::V2_8);
         c.cert_dir = Some("/etc/daos/certs".into());
         let y = c.render().unwrap();
-        assert!(
-            y.contains(
-                "transport_config:\n  allow_insecure: false\n  client_cert_dir: /etc/daos/certs/clients\n  ca_cert: /etc/daos/certs/daosCA.crt\n  cert: /etc/daos/certs/server.crt\n  key: /etc/daos/certs/server.key\n"
-            ),
+        let t = &parse(&y)["transport_config"];
+        assert_eq!(
+            keys(t),
+            [
+                "allow_insecure",
+                "client_cert_dir",
+                "ca_cert",
+                "cert",
+                "key"
+            ],
             "{y}"
         );
+        assert_eq!(t["allow_insecure"], false);
+        assert_eq!(t["client_cert_dir"], "/etc/daos/certs/clients");
+        assert_eq!(t["ca_cert"], "/etc/daos/certs/daosCA.crt");
+        assert_eq!(t["cert"], "/etc/daos/certs/server.crt");
+        assert_eq!(t["key"], "/etc/daos/certs/server.key");
         c.cert_dir = Some("/etc/daos/certs\nallow_insecure: true".into());
         assert!(c.render().is_err());
     }
@@ -365,26 +764,28 @@ mod tests {
     #[test]
     fn version_picks_the_replica_key() {
         let y28 = cfg(DaosVersion::V2_8).render().unwrap();
-        assert!(
-            y28.contains("\nmgmt_svc_replicas: ['da1', 'da2', 'da3']\n"),
-            "{y28}"
-        );
-        assert!(!y28.contains("access_points"));
-        let y26 = cfg(DaosVersion::V2_6).render().unwrap();
-        assert!(
-            y26.contains("\naccess_points: ['da1', 'da2', 'da3']\n"),
-            "{y26}"
-        );
-        assert!(!y26.contains("mgmt_svc_replicas"));
+        let v = parse(&y28);
+        assert_eq!(strings(&v["mgmt_svc_replicas"]), ["da1", "da2", "da3"]);
+        assert!(v.get("access_points").is_none(), "{y28}");
+        for old in [DaosVersion::V2_6, DaosVersion::V2_6_5] {
+            let y26 = cfg(old).render().unwrap();
+            let v = parse(&y26);
+            assert_eq!(strings(&v["access_points"]), ["da1", "da2", "da3"]);
+            assert!(v.get("mgmt_svc_replicas").is_none(), "{y26}");
+        }
     }
 
     #[test]
     fn physical_and_test_storage() {
         let y = cfg(DaosVersion::V2_8).render().unwrap();
-        assert!(
-            y.contains("class: nvme\n        bdev_list: ['0000:5e:00.0']\n"),
-            "{y}"
-        );
+        let v = parse(&y);
+        let nvme = &v["engines"][0]["storage"][1];
+        assert_eq!(keys(nvme), ["class", "bdev_list"], "{y}");
+        assert_eq!(nvme["class"], "nvme");
+        assert_eq!(strings(&nvme["bdev_list"]), ["0000:5e:00.0"]);
+        assert!(v.get("disable_hugepages").is_none(), "only when set: {y}");
+        assert!(v.get("fault_path").is_none(), "only when set: {y}");
+
         let mut t = cfg(DaosVersion::V2_8);
         t.disable_hugepages = true;
         t.engines[0].bdev = Bdev::File {
@@ -392,10 +793,18 @@ mod tests {
             size_gib: 16,
         };
         let y = t.render().unwrap();
-        assert!(y.contains("class: file\n        bdev_list: ['/var/lib/gpuqueue-daos-test/L42/bdev0']\n        bdev_size: 16\n"), "{y}");
-        assert!(y.contains("\ndisable_hugepages: true\n"));
+        let v = parse(&y);
+        let file = &v["engines"][0]["storage"][1];
+        assert_eq!(keys(file), ["class", "bdev_list", "bdev_size"], "{y}");
+        assert_eq!(file["class"], "file");
+        assert_eq!(
+            strings(&file["bdev_list"]),
+            ["/var/lib/gpuqueue-daos-test/L42/bdev0"]
+        );
+        assert_eq!(file["bdev_size"], 16);
+        assert_eq!(v["disable_hugepages"], true);
         t.fault_path = Some("/da3".into());
-        assert!(t.render().unwrap().contains("\nfault_path: /da3\n"));
+        assert_eq!(parse(&t.render().unwrap())["fault_path"], "/da3");
         t.fault_path = Some("da3".into());
         assert!(t.render().is_err(), "a fault path is absolute");
     }
@@ -406,10 +815,11 @@ mod tests {
         even.replicas.pop();
         assert!(even.render().unwrap_err().to_string().contains("odd"));
         let mut thp = cfg(DaosVersion::V2_6);
+        assert!(parse(&thp.render().unwrap()).get("allow_thp").is_none());
         thp.allow_thp = true;
         assert!(thp.render().is_err());
         thp.version = DaosVersion::V2_6_5;
-        assert!(thp.render().unwrap().contains("\nallow_thp: true\n"));
+        assert_eq!(parse(&thp.render().unwrap())["allow_thp"], true);
     }
 
     #[test]
@@ -428,6 +838,173 @@ mod tests {
         let mut c = cfg(DaosVersion::V2_8);
         c.replicas[0] = "da1'".into();
         assert!(c.render().is_err());
+    }
+
+    /// The serialiser would quote these; they are refused anyway, before
+    /// anything is rendered: none is a name, a path or a provider DAOS
+    /// knows, and a refusal names the field.
+    #[test]
+    fn yaml_special_characters_are_refused_not_quoted() {
+        for bad in [
+            "a: b", "a #b", "'a'", "\"a\"", "[a]", "{a}", "*a", "&a", "!a", "- a", "|", ">", "a,b",
+            "%a", "@a", "`a`", "a\tb", "a\rb",
+        ] {
+            type Set = fn(&mut ServerConfig, &str);
+            let fields: [(&str, Set); 8] = [
+                ("name", |c, v| c.name = v.into()),
+                ("provider", |c, v| c.provider = v.into()),
+                ("replica", |c, v| c.replicas[0] = v.into()),
+                ("fabric_iface", |c, v| c.engines[0].fabric_iface = v.into()),
+                ("control_metadata", |c, v| {
+                    c.control_metadata = format!("/x/{v}")
+                }),
+                ("scm_mount", |c, v| {
+                    c.engines[0].scm_mount = format!("/x/{v}")
+                }),
+                ("cert_dir", |c, v| c.cert_dir = Some(format!("/x/{v}"))),
+                ("fault_path", |c, v| c.fault_path = Some(format!("/{v}"))),
+            ];
+            for (field, set) in fields {
+                let mut c = cfg(DaosVersion::V2_8);
+                set(&mut c, bad);
+                match c.render() {
+                    Err(RenderError::Invalid { field: f, .. }) => assert_eq!(f, field, "{bad:?}"),
+                    other => panic!("{field} = {bad:?}: {other:?}"),
+                }
+            }
+        }
+    }
+
+    fn control() -> ControlConfig {
+        ControlConfig {
+            system: "daos_server".into(),
+            port: 10001,
+            hostlist: vec!["10.200.0.11".into(), "da2:10001".into()],
+            transport: Transport::in_dir("/etc/daos", "admin"),
+        }
+    }
+
+    fn agent() -> AgentConfig {
+        AgentConfig {
+            system: "daos_server".into(),
+            access_points: vec!["da1".into(), "da2".into(), "da3".into()],
+            port: 10001,
+            transport: Transport::in_dir("/etc/daos", "agent"),
+            runtime_dir: "/var/run/daos_agent".into(),
+        }
+    }
+
+    fn assert_client_transport(t: &Value, who: &str) {
+        assert_eq!(keys(t), ["allow_insecure", "ca_cert", "cert", "key"]);
+        assert_eq!(t["allow_insecure"], false);
+        assert_eq!(t["ca_cert"], "/etc/daos/daosCA.crt");
+        assert_eq!(t["cert"], format!("/etc/daos/{who}.crt"));
+        assert_eq!(t["key"], format!("/etc/daos/{who}.key"));
+    }
+
+    #[test]
+    fn control_config_renders_dmg_keys() {
+        let y = control()
+            .render("Written by gpuq-broker for lease L42.")
+            .unwrap();
+        assert_eq!(
+            y.lines().next(),
+            Some("# Written by gpuq-broker for lease L42."),
+            "{y}"
+        );
+        let v = parse(&y);
+        assert_eq!(
+            keys(&v),
+            ["name", "port", "hostlist", "transport_config"],
+            "{y}"
+        );
+        assert_eq!(v["name"], "daos_server");
+        assert_eq!(v["port"], 10001);
+        assert_eq!(strings(&v["hostlist"]), ["10.200.0.11", "da2:10001"]);
+        assert_client_transport(&v["transport_config"], "admin");
+        let bare = control().render("").unwrap();
+        assert_eq!(bare.lines().next(), Some("#"), "{bare}");
+    }
+
+    #[test]
+    fn agent_config_renders_agent_keys() {
+        let y = agent()
+            .render("Written by gpuq-broker for lease L42.")
+            .unwrap();
+        assert_eq!(
+            y.lines().next(),
+            Some("# Written by gpuq-broker for lease L42."),
+            "{y}"
+        );
+        let v = parse(&y);
+        assert_eq!(
+            keys(&v),
+            [
+                "name",
+                "access_points",
+                "port",
+                "transport_config",
+                "runtime_dir"
+            ],
+            "{y}"
+        );
+        assert_eq!(v["name"], "daos_server");
+        assert_eq!(strings(&v["access_points"]), ["da1", "da2", "da3"]);
+        assert_eq!(v["port"], 10001);
+        assert_client_transport(&v["transport_config"], "agent");
+        assert_eq!(v["runtime_dir"], "/var/run/daos_agent");
+    }
+
+    #[test]
+    fn client_configs_refuse_bad_values() {
+        let refused = |c: &ControlConfig, a: &AgentConfig, what: &str| {
+            assert!(c.render("x").is_err(), "control: {what}");
+            assert!(a.render("x").is_err(), "agent: {what}");
+        };
+        let (mut c, mut a) = (control(), agent());
+        c.system = "daos\nport: 1".into();
+        a.system = c.system.clone();
+        refused(&c, &a, "a newline in the name");
+        let (mut c, mut a) = (control(), agent());
+        c.system = "daos:server".into();
+        a.system = c.system.clone();
+        refused(&c, &a, "a colon in the name");
+        let (mut c, mut a) = (control(), agent());
+        c.transport.key = "etc/daos/admin.key".into();
+        a.transport.ca_cert = "daosCA.crt".into();
+        refused(&c, &a, "a relative certificate path");
+        let (mut c, mut a) = (control(), agent());
+        c.transport.cert = "/etc/daos/../admin.crt".into();
+        a.transport = Transport::in_dir("/etc/daos", "agent\nallow_insecure: true");
+        refused(&c, &a, "'..' or a newline in a certificate path");
+        let (mut c, mut a) = (control(), agent());
+        c.port = 0;
+        a.port = 0;
+        refused(&c, &a, "port 0");
+        let (mut c, mut a) = (control(), agent());
+        c.hostlist.clear();
+        a.access_points.clear();
+        refused(&c, &a, "no servers");
+        let (mut c, mut a) = (control(), agent());
+        c.hostlist[1] = "da2 da3".into();
+        a.access_points[1] = "[da2]".into();
+        refused(&c, &a, "a space or brackets in an address");
+
+        let mut a = agent();
+        a.runtime_dir = "var/run/daos_agent".into();
+        assert!(a.render("x").is_err(), "a relative runtime_dir");
+        let e = control().render("lease L42\nname: other").unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RenderError::Invalid {
+                    field: "comment",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(agent().render("lease L42\r").is_err());
     }
 
     #[test]

@@ -130,7 +130,7 @@ async fn start_by_id_then_stop_and_wipe_only_what_is_ours() {
     );
     let yml = read(Path::new(&started.config_path));
     assert!(
-        yml.contains("mgmt_svc_replicas: ['da1']") && yml.contains("class: file"),
+        yml.contains("\nmgmt_svc_replicas:\n- da1\n") && yml.contains("class: file"),
         "{yml}"
     );
     assert_eq!(read(&n.root.join("jobs/active-lease")), "L1");
