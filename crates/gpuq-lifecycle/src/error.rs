@@ -43,6 +43,10 @@ pub enum HostError {
         #[source]
         source: std::io::Error,
     },
+    /// A DAOS configuration file of the lease that cannot be written as
+    /// asked (a value outside what the renderer accepts).
+    #[error("{file}: {detail}")]
+    Config { file: &'static str, detail: String },
     /// The lease's certificates (generated or installed).
     #[error(transparent)]
     Certs(#[from] gpuq_leasecert::CertError),

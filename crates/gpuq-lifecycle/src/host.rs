@@ -21,6 +21,7 @@
 //! certificate to this lease's servers.
 
 use crate::error::HostError;
+use gpuq_daosconf::{AgentConfig, ControlConfig, Transport};
 use gpuq_leasecert::LeaseCerts;
 use gpuq_podman::{
     lease_labels, ContainerSpec, ExecSpec, ImageId, LabelFilter, LibpodClient, LogStream, Mount,
@@ -80,11 +81,6 @@ const AGENT_DIR_IN: &str = "/var/run/daos_agent";
 const POLL: Duration = Duration::from_millis(20);
 /// How long the agent has after SIGTERM before SIGKILL.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
-
-fn yaml_list(items: &[String]) -> String {
-    let quoted: Vec<String> = items.iter().map(|s| format!("'{s}'")).collect();
-    format!("[{}]", quoted.join(", "))
-}
 
 impl Host {
     pub fn new(podman_socket: PathBuf, run_dir: PathBuf, profile: HostProfile) -> Self {
@@ -207,29 +203,35 @@ impl Host {
         }
         set_mode(&dir, 0o755).map_err(|e| io(&dir, e))?;
         let p = &self.profile;
-        let transport = |d: &str, who: &str| {
-            format!(
-                "transport_config:\n  allow_insecure: false\n  ca_cert: {d}/daosCA.crt\n  cert: {d}/{who}.crt\n  key: {d}/{who}.key\n"
-            )
-        };
+        let comment = format!("Written by gpuq-broker for lease {lease}.");
         let control = |d: &str| {
-            format!(
-                "# Written by gpuq-broker for lease {lease}.\nname: {}\nport: {}\nhostlist: {}\n{}",
-                p.system,
-                p.port,
-                yaml_list(&p.nodes.iter().map(|(_, a)| a.clone()).collect::<Vec<_>>()),
-                transport(d, "admin")
-            )
+            ControlConfig {
+                system: p.system.clone(),
+                port: p.port,
+                hostlist: p.nodes.iter().map(|(_, a)| a.clone()).collect(),
+                transport: Transport::in_dir(d, "admin"),
+            }
+            .render(&comment)
+            .map_err(|e| HostError::Config {
+                file: "daos_control.yml",
+                detail: e.to_string(),
+            })
         };
-        let agent = format!(
-            "# Written by gpuq-broker for lease {lease}.\nname: {}\naccess_points: {}\nport: {}\n{}runtime_dir: {AGENT_DIR_IN}\n",
-            p.system,
-            yaml_list(&p.access_points),
-            p.port,
-            transport(ETC_IN, "agent")
-        );
+        let agent = AgentConfig {
+            system: p.system.clone(),
+            access_points: p.access_points.clone(),
+            port: p.port,
+            transport: Transport::in_dir(ETC_IN, "agent"),
+            runtime_dir: AGENT_DIR_IN.to_string(),
+        }
+        .render(&comment)
+        .map_err(|e| HostError::Config {
+            file: "daos_agent.yml",
+            detail: e.to_string(),
+        })?;
         let user = self.user_cert_dir(lease);
-        let admin_control = control(ETC_IN);
+        let admin_control = control(ETC_IN)?;
+        let user_control = control(&user.display().to_string())?;
         use gpuq_leasecert::{CERT_MODE, KEY_MODE};
         // A directory left by an earlier attempt is replaced (its parent is
         // root's: nobody else can have put anything in its place).
@@ -275,12 +277,8 @@ impl Host {
             }
             gpuq_leasecert::install(&d, &files, owner, mode)?;
         }
-        gpuq_durable::write_atomic(
-            &self.control_config(lease),
-            control(&user.display().to_string()).as_bytes(),
-            0o644,
-        )
-        .map_err(|e| io(&self.control_config(lease), e))?;
+        gpuq_durable::write_atomic(&self.control_config(lease), user_control.as_bytes(), 0o644)
+            .map_err(|e| io(&self.control_config(lease), e))?;
         let ad = self.agent_dir(lease);
         match std::fs::create_dir(&ad) {
             Ok(()) => {}
