@@ -11,6 +11,7 @@
 //!   `audit.jsonl` (fsync) — generic over [`gpuq_podman::Podman`];
 //! - [`wipeplan`]: what a wipe may do, decided from the lease record alone.
 
+pub mod activation;
 pub mod audit;
 pub mod procscan;
 pub mod profile;

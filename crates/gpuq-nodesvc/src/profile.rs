@@ -129,6 +129,29 @@ struct RawFile {
     /// Where `GET /v1/install` finds this node's manifests (tests only).
     #[serde(default)]
     install: gpuq_manifest::InstallPaths,
+    #[serde(default)]
+    activation: RawActivation,
+}
+
+/// `[activation]`: what `gpuq activate` looks at besides the devices.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawActivation {
+    /// Pre-existing DAOS services of this node (`daos_server.service`):
+    /// the plan shows their state; an activation stops and disables them.
+    #[serde(default)]
+    units: Vec<String>,
+}
+
+/// A systemd service unit name: `NAME.service`, NAME of letters, digits
+/// and `@ . _ -` (no path, no glob).
+fn valid_unit(u: &str) -> bool {
+    u.strip_suffix(".service").is_some_and(|n| {
+        !n.is_empty()
+            && n.len() <= 200
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "@._-".contains(c))
+    })
 }
 
 /// The node service's whole configuration.
@@ -140,6 +163,8 @@ pub struct ServiceConfig {
     pub profiles: BTreeMap<String, Profile>,
     /// `[install]`: manifests and install root for `GET /v1/install`.
     pub install: gpuq_manifest::InstallPaths,
+    /// `[activation] units`: the pre-existing DAOS services (`gpuq activate`).
+    pub activation_units: Vec<String>,
 }
 
 impl ServiceConfig {
@@ -235,11 +260,18 @@ impl ServiceConfig {
             path: path.to_path_buf(),
             message: e.to_string(),
         })?;
+        if let Some(u) = raw.activation.units.iter().find(|u| !valid_unit(u)) {
+            return Err(invalid(
+                "activation.units".into(),
+                format!("{u:?} is not a service unit name (e.g. \"daos_server.service\")"),
+            ));
+        }
         Ok(ServiceConfig {
             source: path.to_path_buf(),
             node,
             profiles,
             install: raw.install,
+            activation_units: raw.activation.units,
         })
     }
 }

@@ -250,6 +250,7 @@ impl Findings for PreflightReport {
 impl Findings for StartReport {}
 impl Findings for StepReport {}
 impl Findings for gpuq_manifest::report::HostInstall {}
+impl Findings for gpuq_protocol::node::ActivationPlan {}
 
 async fn route<P: Podman + 'static>(
     shared: &Arc<Shared<P>>,
@@ -280,6 +281,16 @@ async fn route<P: Podman + 'static>(
                 None,
                 |s| async move { Ok(s.service.install()) },
             )
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::GET, ["v1", "activation", "plan"]) => {
+            // Read-only (gpuq activate's plan), but it inspects every
+            // allowlisted device: one at a time with the lease steps, so
+            // a plan never sees a device half-way through a wipe.
+            let r = run_step(shared, true, None, |s| async move {
+                Ok(crate::activation::plan(s.service.config()).await)
+            })
             .await?;
             Ok(json(StatusCode::OK, &r))
         }

@@ -95,6 +95,10 @@ impl<P: Podman> NodeService<P> {
         NodeService { cfg, podman }
     }
 
+    pub fn config(&self) -> &ServiceConfig {
+        &self.cfg
+    }
+
     pub fn node_name(&self) -> &str {
         &self.cfg.node.node.name
     }

@@ -197,6 +197,72 @@ pub struct StepReport {
     pub detail: String,
 }
 
+/// `GET /v1/activation/plan`: what an activation would find and do on this
+/// node (`gpuq activate` without `--execute`). Read-only: computing it
+/// changes nothing on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationPlan {
+    pub node: String,
+    /// Profiles of this node in physical mode (the ones activation is for).
+    pub physical_profiles: Vec<String>,
+    /// Every allowlisted device as the read-only checks see it now.
+    pub devices: Vec<PlanDevice>,
+    /// Why the devices could not be inspected at all, if they could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices_error: Option<String>,
+    /// The pre-existing DAOS services the node's `[activation] units` names.
+    pub units: Vec<PlanUnit>,
+    /// DAOS processes running on the node now that are not gpuq's.
+    pub foreign_processes: Vec<String>,
+    /// What `--execute` would do here, in order.
+    pub steps: Vec<String>,
+}
+
+/// One allowlisted device in a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanDevice {
+    /// The allowlist entry, as configured.
+    pub entry: String,
+    /// The device it resolved to (`/dev/nvme0n1`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Serial, model, PCI address, nsid as seen on the system.
+    pub identity: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<u64>,
+    /// Signatures libblkid finds on it now (`ext4`, `xfs`, a partition table).
+    pub signatures: Vec<String>,
+    /// Every read-only check: what an activation would refuse besides the
+    /// signatures it expects.
+    pub checks: Vec<PlanCheck>,
+}
+
+/// One read-only check of a device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanCheck {
+    pub check: String,
+    /// `pass`, `refuse` or `unknown`.
+    pub verdict: String,
+    pub detail: String,
+}
+
+/// A systemd unit named in `[activation] units`, as systemd reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanUnit {
+    pub unit: String,
+    /// `loaded`, `not-found`, …; empty when systemd could not be asked.
+    pub load_state: String,
+    /// `active`, `inactive`, `failed`, …
+    pub active_state: String,
+    /// `enabled`, `disabled`, …
+    pub unit_file_state: String,
+    /// 0 when none.
+    pub main_pid: u32,
+    /// Why systemd could not be asked, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
