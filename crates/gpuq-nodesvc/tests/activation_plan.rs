@@ -71,8 +71,7 @@ async fn a_plan_shows_each_device_what_is_on_it_and_the_steps_and_changes_nothin
         "{steps}"
     );
     assert!(
-        steps.contains(&format!("{}", mounted.dev_str()))
-            && steps.contains("activation would refuse: mounted"),
+        steps.contains(mounted.dev_str()) && steps.contains("activation would refuse: mounted"),
         "{steps}"
     );
     assert!(steps.contains("claim record"), "{steps}");
