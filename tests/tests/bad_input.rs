@@ -302,6 +302,7 @@ fn daos_verbs_on_a_broker_without_daos_refuse_in_one_line_and_store_nothing() {
     for args in [
         vec!["daos-status"],
         vec!["verify-pins"],
+        vec!["activate"],
         vec!["recover"],
         vec!["daos-exec", "--", "true"],
     ] {

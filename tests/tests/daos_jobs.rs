@@ -639,6 +639,34 @@ fn verify_pins_finds_a_missing_pin_and_a_container_on_another_image() {
     require_cluster_env!();
     require_env!();
     let s = Site::up("dj-pins");
+    // `gpuq activate` (its plan, #17 item 1) asks every node over its link
+    // and changes nothing; root only. The test cluster's nodes allowlist no
+    // device (test mode), so each says there is nothing to activate.
+    let plan = s.b.gpuq(ROOT, &["activate", "--json"]);
+    assert!(plan.status.success(), "{}{}", stdout(&plan), stderr(&plan));
+    let v: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "{v}");
+    for (n, name) in nodes.iter().zip(["da1", "da2", "da3", "da4"]) {
+        assert_eq!(n["node"], name, "{v}");
+        assert_eq!(n["plan"]["node"], name, "{v}");
+        let steps = n["plan"]["steps"].to_string();
+        assert!(steps.contains("no device is allowlisted"), "{steps}");
+    }
+    assert!(v["not_idle"].is_null(), "{v}");
+    let human = stdout(&s.b.gpuq(ROOT, &["activate"]));
+    assert!(
+        human.starts_with("Activation plan (nothing has been changed):")
+            && human.contains("\nda4:"),
+        "{human}"
+    );
+    let r = s.b.gpuq(Some(&alice()), &["activate"]);
+    assert!(!r.status.success());
+    assert!(stderr(&r).contains("only root may plan"), "{}", stderr(&r));
+    assert!(
+        !s.state().join("active.json").exists() && !s.state().join("blocked.json").exists(),
+        "a plan made no lease and no hold"
+    );
     let pins = |user: Option<&User>| s.b.gpuq(user, &["verify-pins"]);
     let ok = pins(ROOT);
     assert!(ok.status.success(), "{}{}", stdout(&ok), stderr(&ok));

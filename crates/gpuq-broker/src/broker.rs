@@ -1282,6 +1282,42 @@ impl Broker {
         r
     }
 
+    /// `gpuq activate` (root), the plan: what activating every node's
+    /// allowlisted devices would find and do, and whether the queue is idle
+    /// enough for it. Read-only on every host.
+    pub async fn activation_plan(
+        &self,
+        peer: &Peer,
+    ) -> Result<gpuq_protocol::node::SitePlan, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may plan an activation: run `sudo gpuq activate`".into(),
+            ));
+        }
+        let Some(daos) = self.daos.clone() else {
+            return Err(ApiError::NotEnabled(
+                self.cfg.daos_off("no storage nodes to activate"),
+            ));
+        };
+        let running = self.running_guard().len();
+        let not_idle = if running > 0 {
+            Some(format!(
+                "{running} job(s) running: activation needs an idle queue (`gpuq list`)"
+            ))
+        } else if let Some(l) = daos.active() {
+            Some(format!(
+                "DAOS lease {} is not released ({:?}): activation needs none (`gpuq daos-status`)",
+                l.lease, l.phase
+            ))
+        } else {
+            None
+        };
+        Ok(gpuq_protocol::node::SitePlan {
+            not_idle,
+            nodes: daos.activation_plan().await,
+        })
+    }
+
     /// `gpuq verify-pins` (root).
     pub async fn verify_pins(&self, peer: &Peer) -> Result<serde_json::Value, ApiError> {
         if !peer.is_root() {

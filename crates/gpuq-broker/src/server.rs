@@ -285,6 +285,9 @@ async fn route(
         (Method::GET, ["v1", "install"]) => {
             Ok(json(StatusCode::OK, &broker.verify_install(peer).await?))
         }
+        (Method::GET, ["v1", "activate"]) => {
+            Ok(json(StatusCode::OK, &broker.activation_plan(peer).await?))
+        }
         (Method::GET, ["v1", "daos", "pins"]) => {
             Ok(json(StatusCode::OK, &broker.verify_pins(peer).await?))
         }

@@ -116,6 +116,16 @@ pub enum Verb {
         #[arg(long)]
         json: bool,
     },
+    /// Plan (root) the activation of the storage nodes' NVMe: per node,
+    /// every allowlisted device with its identity and what is on it now
+    /// (signatures, mounts, holders — every read-only check), the
+    /// pre-existing DAOS services the node's `[activation] units` names,
+    /// and each step an activation would take. Changes nothing. Exits
+    /// non-zero when an activation would refuse now.
+    Activate {
+        #[arg(long)]
+        json: bool,
+    },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
     DaosStatus {
         #[arg(long)]

@@ -151,6 +151,95 @@ pub fn job(j: &JobView, now: i64) -> String {
     out
 }
 
+/// `gpuq activate` for people: per node its devices (identity, size, what
+/// is on them, every check that did not pass), its units and its steps;
+/// then whether an activation would proceed.
+pub fn activation_plan(p: &gpuq_protocol::node::SitePlan) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "Activation plan (nothing has been changed):");
+    for n in &p.nodes {
+        let _ = writeln!(o, "\n{}:", esc(&n.node));
+        let Some(plan) = &n.plan else {
+            let _ = writeln!(
+                o,
+                "  no plan: {}",
+                esc(n.error.as_deref().unwrap_or("no answer"))
+            );
+            continue;
+        };
+        if let Some(e) = &plan.devices_error {
+            let _ = writeln!(o, "  devices: cannot be inspected: {}", esc(e));
+        }
+        for d in &plan.devices {
+            let _ = writeln!(
+                o,
+                "  device {} — {}{}",
+                esc(d.path.as_deref().unwrap_or("(not found)")),
+                esc(&d.identity),
+                d.size_bytes
+                    .map(|b| format!(", {b} bytes"))
+                    .unwrap_or_default()
+            );
+            let _ = writeln!(o, "    allowlisted as: {}", esc(&d.entry));
+            let _ = writeln!(
+                o,
+                "    on it now: {}",
+                if d.signatures.is_empty() {
+                    "no signature found".to_string()
+                } else {
+                    esc(&d.signatures.join(", "))
+                }
+            );
+            for c in d.checks.iter().filter(|c| c.verdict != "pass") {
+                let _ = writeln!(o, "    {}: {}", esc(&c.check), esc(&c.detail));
+            }
+        }
+        for u in &plan.units {
+            match &u.error {
+                Some(e) => {
+                    let _ = writeln!(o, "  unit {}: cannot be asked: {}", esc(&u.unit), esc(e));
+                }
+                None => {
+                    let _ = writeln!(
+                        o,
+                        "  unit {}: {} {} ({}){}",
+                        esc(&u.unit),
+                        esc(&u.load_state),
+                        esc(&u.active_state),
+                        esc(&u.unit_file_state),
+                        if u.main_pid > 0 {
+                            format!(", main PID {}", u.main_pid)
+                        } else {
+                            String::new()
+                        }
+                    );
+                }
+            }
+        }
+        for f in &plan.foreign_processes {
+            let _ = writeln!(o, "  DAOS process outside gpuq's containers: {}", esc(f));
+        }
+        let _ = writeln!(o, "  an activation would, in order:");
+        for (i, s) in plan.steps.iter().enumerate() {
+            let _ = writeln!(o, "    {}. {}", i + 1, esc(s));
+        }
+    }
+    let refusals = p.refusals();
+    if refusals.is_empty() {
+        let _ = writeln!(
+            o,
+            "\nAn activation would proceed now; it destroys everything on the devices above."
+        );
+    } else {
+        let _ = writeln!(o, "\nAn activation would refuse now:");
+        for r in refusals {
+            let _ = writeln!(o, "  - {}", esc(&r));
+        }
+    }
+    o
+}
+
 /// `gpuq daos-status` for people: the lease and hold first, then a line per
 /// node, then the profiles' pins.
 pub fn daos_status(v: &serde_json::Value) -> String {
@@ -420,7 +509,7 @@ pub fn usage(r: &gpuq_protocol::UsageReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::esc;
+    use super::{activation_plan, esc};
 
     #[test]
     fn stats_print_a_row_per_user_and_the_total_with_names_escaped() {
@@ -521,5 +610,64 @@ mod tests {
         assert_eq!(esc("\u{1b}[2Jx"), "\\u{1b}[2Jx");
         assert_eq!(esc("a\rb\nc\u{9b}"), "a\\rb\\nc\\u{9b}");
         assert_eq!(esc("\u{202e}exe.txt"), "\\u{202e}exe.txt");
+    }
+
+    #[test]
+    fn an_activation_plan_shows_what_is_destroyed_and_what_refuses_with_node_text_escaped() {
+        use gpuq_protocol::node::{ActivationPlan, NodePlan, PlanCheck, PlanDevice, SitePlan};
+        let dev = PlanDevice {
+            entry: "serial SN-1, nsid 1".into(),
+            path: Some("/dev/nvme0n1".into()),
+            identity: "serial SN-1, model \u{1b}[2Jevil".into(),
+            size_bytes: Some(1 << 30),
+            signatures: vec!["xfs superblock at 0".into()],
+            checks: vec![PlanCheck {
+                check: "foreign_signature".into(),
+                verdict: "refuse".into(),
+                detail: "xfs".into(),
+            }],
+        };
+        let plan = SitePlan {
+            not_idle: None,
+            nodes: vec![
+                NodePlan {
+                    node: "da1".into(),
+                    plan: Some(ActivationPlan {
+                        node: "da1".into(),
+                        physical_profiles: vec!["inst1".into()],
+                        devices: vec![dev],
+                        devices_error: None,
+                        units: vec![],
+                        foreign_processes: vec![],
+                        steps: vec!["discard all of /dev/nvme0n1".into()],
+                    }),
+                    error: None,
+                },
+                NodePlan {
+                    node: "da2".into(),
+                    plan: None,
+                    error: Some("link: ssh refused".into()),
+                },
+            ],
+        };
+        let text = activation_plan(&plan);
+        assert!(
+            text.contains(
+                "device /dev/nvme0n1 — serial SN-1, model \\u{1b}[2Jevil, 1073741824 bytes"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("on it now: xfs superblock at 0"), "{text}");
+        assert!(text.contains("1. discard all of /dev/nvme0n1"), "{text}");
+        assert!(
+            text.contains("da2:\n  no plan: link: ssh refused"),
+            "{text}"
+        );
+        assert!(
+            text.contains("An activation would refuse now:\n  - da2: link: ssh refused"),
+            "{text}"
+        );
+        assert_eq!(plan.refusals(), vec!["da2: link: ssh refused".to_string()]);
     }
 }

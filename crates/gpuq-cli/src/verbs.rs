@@ -219,6 +219,19 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 return Ok(Exit::Refused as i32);
             }
         }
+        Verb::Activate { json } => {
+            let plan: gpuq_protocol::node::SitePlan = client
+                .call(Method::GET, routes::ACTIVATE, None::<&()>)
+                .await?;
+            if json {
+                print_json(&plan);
+            } else {
+                print!("{}", crate::render::activation_plan(&plan));
+            }
+            if !plan.refusals().is_empty() {
+                return Ok(Exit::Refused as i32);
+            }
+        }
         Verb::DaosStatus { json } => {
             let v: serde_json::Value = client.call(Method::GET, routes::DAOS, None::<&()>).await?;
             if json {

@@ -524,6 +524,57 @@ impl Daos {
             .collect()
     }
 
+    /// `gpuq activate`'s plan: every node's `GET /v1/activation/plan`, at
+    /// once, each within the preflight deadline (it inspects every
+    /// allowlisted device as a preflight does). Results in configuration
+    /// order; a node without a plan says why. Read-only everywhere.
+    pub async fn activation_plan(&self) -> Vec<gpuq_protocol::node::NodePlan> {
+        use gpuq_protocol::node::{ActivationPlan, NodePlan};
+        let up = self.links.ensure_all_up(self.link_timeout()).await;
+        let reachable: Vec<Node> = up
+            .nodes
+            .iter()
+            .filter_map(|n| {
+                let s = n.result.as_ref().ok()?;
+                Some(Node::new(n.node.clone(), s.node_sock.clone()))
+            })
+            .collect();
+        let mut answers: std::collections::HashMap<String, _> = call_all::<ActivationPlan>(
+            &reachable,
+            self.cfg.deadlines.preflight,
+            hyper::Method::GET,
+            "/v1/activation/plan",
+            None,
+            Retry::Refused,
+        )
+        .await
+        .into_iter()
+        .collect();
+        let failed = |node: String, why: String| NodePlan {
+            node,
+            plan: None,
+            error: Some(why),
+        };
+        up.nodes
+            .into_iter()
+            .map(|n| match (n.result, answers.remove(&n.node)) {
+                (Err(e), _) => failed(n.node, format!("link: {e}")),
+                (Ok(_), Some(Ok(p))) if p.node == n.node => NodePlan {
+                    node: n.node,
+                    plan: Some(p),
+                    error: None,
+                },
+                // The link checked the helper's name when it came up.
+                (Ok(_), Some(Ok(p))) => {
+                    let why = format!("the node helper answered as {:?}", p.node);
+                    failed(n.node, why)
+                }
+                (Ok(_), Some(Err(e))) => failed(n.node, e.to_string()),
+                (Ok(_), None) => failed(n.node, "no answer".into()),
+            })
+            .collect()
+    }
+
     /// Every node helper's `GET /v1/metrics`, at once, for a scrape of the
     /// broker's metrics endpoint: only over links that are up now (a scrape
     /// never re-makes a link), each within 2 s. Results in configuration

@@ -29,6 +29,9 @@ pub mod routes {
     /// `GET` (root): every installed file's SHA-256 against the packages'
     /// manifests, on this host and every node (`gpuq verify-install`).
     pub const INSTALL: &str = "/v1/install";
+    /// `GET` (root): a [`super::node::SitePlan`], what activating the
+    /// nodes' devices would find and do (`gpuq activate`); read-only.
+    pub const ACTIVATE: &str = "/v1/activate";
     /// `GET` (root): every pinned image present on every host (`gpuq verify-pins`).
     pub const PINS: &str = "/v1/daos/pins";
     /// `POST` an [`super::exec::ExecRequest`] with `Upgrade: gpuq-exec` (`gpuq daos-exec`).

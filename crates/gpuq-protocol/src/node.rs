@@ -197,6 +197,48 @@ pub struct StepReport {
     pub detail: String,
 }
 
+/// `GET /v1/activate` on the broker: the whole site's activation plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SitePlan {
+    /// Why the queue is not idle now (a job running, a lease, a hold), if
+    /// it is not: an activation would refuse until it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_idle: Option<String>,
+    /// Every configured node, in configuration order.
+    pub nodes: Vec<NodePlan>,
+}
+
+/// One node's plan, or why it has none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePlan {
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<ActivationPlan>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl SitePlan {
+    /// What an activation would refuse for, as lines; empty: it would
+    /// proceed.
+    pub fn refusals(&self) -> Vec<String> {
+        let mut out: Vec<String> = self.not_idle.iter().cloned().collect();
+        for n in &self.nodes {
+            match (&n.plan, &n.error) {
+                (_, Some(e)) => out.push(format!("{}: {e}", n.node)),
+                (None, None) => out.push(format!("{}: no plan", n.node)),
+                (Some(p), None) => out.extend(
+                    p.steps
+                        .iter()
+                        .filter(|s| s.contains("activation would refuse"))
+                        .map(|s| format!("{}: {s}", n.node)),
+                ),
+            }
+        }
+        out
+    }
+}
+
 /// `GET /v1/activation/plan`: what an activation would find and do on this
 /// node (`gpuq activate` without `--execute`). Read-only: computing it
 /// changes nothing on the node.
