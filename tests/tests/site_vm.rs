@@ -381,6 +381,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
         &[
             "cluster-up-with-four-physical-nodes",
             "broker-start",
+            "activate-plan-shows-devices-and-the-running-unit-and-changes-nothing",
             "inst-job-created-pool-container-and-wrote-through-daos-exec",
             "data-on-every-allowlisted-namespace-during-the-job",
             "daos-exec-from-outside-the-job-is-refused",

@@ -102,10 +102,14 @@ zero_range "$BYSTANDER" 0 $((8 << 20)) || fail setup "$BYSTANDER is not zero bef
 # --- the cluster, physical profile -------------------------------------------
 mkdir -p /etc/gpuq-site/devices /var/log/gpuq-site
 for n in da1 da2 da3 da4; do
-  echo "$ALLOW" | while read -r nn s p i; do
-    [ "$nn" = "$n" ] || continue
-    printf '[[devices]]\nserial = "%s"\npci = "%s"\nnsid = %s\nsize_bytes = %s\n\n' "$s" "$p" "$i" "$GIB"
-  done >"/etc/gpuq-site/devices/$n.toml"
+  {
+    echo "$ALLOW" | while read -r nn s p i; do
+      [ "$nn" = "$n" ] || continue
+      printf '[[devices]]\nserial = "%s"\npci = "%s"\nnsid = %s\nsize_bytes = %s\n\n' "$s" "$p" "$i" "$GIB"
+    done
+    # The site's pre-existing DAOS service, as gpuq activate's plan sees it.
+    if [ "$ALL" = 1 ]; then printf '[activation]\nunits = ["daos_server.service"]\n\n'; fi
+  } >"/etc/gpuq-site/devices/$n.toml"
 done
 IMAGE=$(cat "$F/image-id")
 GPUQ_CLUSTER_DIR=$D GPUQ_CLUSTER_PREFIX=$P GPUQ_BIN_DIR=$F GPUQ_CLUSTER_IMAGE=$F/daos-sim-image.tar \
@@ -173,6 +177,45 @@ start_broker() {
 start_broker
 mark broker-start-links-up
 ok broker-start
+
+if [ "$ALL" = 1 ]; then
+  # --- gpuq activate: the plan (#17 item 1) ------------------------------------
+  # A pre-existing DAOS service, as a site has one before gpuq: a unit named
+  # daos_server.service (here a sleep), enabled and running under systemd.
+  printf '[Unit]\nDescription=stand-in for a site DAOS server\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n' \
+    >/etc/systemd/system/daos_server.service
+  systemctl daemon-reload
+  systemctl enable --now -q daos_server.service || fail activate-plan "cannot start the stand-in daos_server.service"
+  unit_pid=$(systemctl show -p MainPID --value daos_server.service)
+  stats() { echo "$ALLOW" | while read -r n s p i; do d=$(dev_of "$s" "$i"); echo "$n $d $(cat "/sys/block/$(basename "$d")/stat" | awk '{print $5, $7, $12, $14}')"; done; }
+  before=$(stats)
+  rc=0; plan=$(gq activate --json) || rc=$?
+  [ "$rc" = 0 ] || fail activate-plan "gpuq activate exited $rc: $plan"
+  for s in SN-SITE-0001 SN-SITE-0002 SN-SITE-0003 SN-SITE-0005; do
+    printf '%s\n' "$plan" | grep -q "serial $s" || fail activate-plan "no device with serial $s in the plan: $plan"
+  done
+  [ "$(printf '%s\n' "$plan" | grep -c '"active_state": "active"')" = 4 ] \
+    || fail activate-plan "not every node saw daos_server.service active: $plan"
+  [ "$(printf '%s\n' "$plan" | grep -c "\"main_pid\": $unit_pid")" = 4 ] \
+    || fail activate-plan "not every node saw its main PID $unit_pid: $plan"
+  printf '%s\n' "$plan" | grep -q "stop daos_server.service (active, main PID $unit_pid) and disable its start at boot (enabled)" \
+    || fail activate-plan "no stop step for the unit: $plan"
+  [ "$(printf '%s\n' "$plan" | grep -c 'discard all of /dev/nvme')" = 5 ] \
+    || fail activate-plan "not five discard steps (da4 has two namespaces): $plan"
+  human=$(gq activate) || fail activate-plan "gpuq activate (text) failed"
+  printf '%s\n' "$human" | grep -q '^Activation plan (nothing has been changed):' || fail activate-plan "$human"
+  # Nothing was changed: not a write or discard on any device, the unit
+  # still running and enabled, no lease.
+  [ "$(stats)" = "$before" ] || fail activate-plan "device counters moved: $before -> $(stats)"
+  systemctl is-active -q daos_server.service && systemctl is-enabled -q daos_server.service \
+    || fail activate-plan "the plan changed the unit"
+  [ ! -e $state_dir/active.json ] || fail activate-plan "a plan made a lease"
+  ok activate-plan-shows-devices-and-the-running-unit-and-changes-nothing
+  systemctl disable --now -q daos_server.service
+  rm -f /etc/systemd/system/daos_server.service
+  systemctl daemon-reload
+  mark activate-plan
+fi
 
 getent group 61001 >/dev/null || groupadd -g 61001 alice
 id alice >/dev/null 2>&1 || useradd -u 61001 -g 61001 -M -d /w/alice -s /bin/sh alice
