@@ -484,6 +484,33 @@ impl Daos {
             unreachable: Some(why),
             ..HostInstall::default()
         };
+        self.ask_all::<HostInstall>(self.cfg.deadlines.request, "/v1/install")
+            .await
+            .into_iter()
+            .map(|(node, asked)| match asked {
+                Asked::Answer(h) if h.host == node => h,
+                // The link checked the helper's name when it came up; a
+                // different name now means the socket was swapped.
+                Asked::Answer(h) => {
+                    let why = format!("the node helper answered as {:?}", h.host);
+                    unreachable(node, why)
+                }
+                Asked::LinkDown(e) => unreachable(node, e),
+                Asked::Failed(e) => unreachable(
+                    node,
+                    format!("{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"),
+                ),
+            })
+            .collect()
+    }
+
+    /// `GET path` on every node over its link, at once (the links made
+    /// first, within the link deadline), each within `deadline`; in
+    /// configuration order.
+    async fn ask_all<T>(&self, deadline: Duration, path: &str) -> Vec<(String, Asked<T>)>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+    {
         let up = self.links.ensure_all_up(self.link_timeout()).await;
         let reachable: Vec<Node> = up
             .nodes
@@ -493,11 +520,11 @@ impl Daos {
                 Some(Node::new(n.node.clone(), s.node_sock.clone()))
             })
             .collect();
-        let mut answers: std::collections::HashMap<String, _> = call_all::<HostInstall>(
+        let mut answers: std::collections::HashMap<String, _> = call_all::<T>(
             &reachable,
-            self.cfg.deadlines.request,
+            deadline,
             hyper::Method::GET,
-            "/v1/install",
+            path,
             None,
             Retry::Refused,
         )
@@ -506,20 +533,14 @@ impl Daos {
         .collect();
         up.nodes
             .into_iter()
-            .map(|n| match (n.result, answers.remove(&n.node)) {
-                (Err(e), _) => unreachable(n.node, e.to_string()),
-                (Ok(_), Some(Ok(h))) if h.host == n.node => h,
-                // The link checked the helper's name when it came up; a
-                // different name now means the socket was swapped.
-                (Ok(_), Some(Ok(h))) => {
-                    let why = format!("the node helper answered as {:?}", h.host);
-                    unreachable(n.node, why)
-                }
-                (Ok(_), Some(Err(e))) => unreachable(
-                    n.node,
-                    format!("{e}; is gpuq-node running there? (`systemctl status gpuq-node`)"),
-                ),
-                (Ok(_), None) => unreachable(n.node, "no answer".into()),
+            .map(|n| {
+                let asked = match (n.result, answers.remove(&n.node)) {
+                    (Err(e), _) => Asked::LinkDown(e.to_string()),
+                    (Ok(_), Some(Ok(v))) => Asked::Answer(v),
+                    (Ok(_), Some(Err(e))) => Asked::Failed(e.to_string()),
+                    (Ok(_), None) => Asked::Failed("no answer".into()),
+                };
+                (n.node, asked)
             })
             .collect()
     }
@@ -530,47 +551,27 @@ impl Daos {
     /// order; a node without a plan says why. Read-only everywhere.
     pub async fn activation_plan(&self) -> Vec<gpuq_protocol::node::NodePlan> {
         use gpuq_protocol::node::{ActivationPlan, NodePlan};
-        let up = self.links.ensure_all_up(self.link_timeout()).await;
-        let reachable: Vec<Node> = up
-            .nodes
-            .iter()
-            .filter_map(|n| {
-                let s = n.result.as_ref().ok()?;
-                Some(Node::new(n.node.clone(), s.node_sock.clone()))
-            })
-            .collect();
-        let mut answers: std::collections::HashMap<String, _> = call_all::<ActivationPlan>(
-            &reachable,
-            self.cfg.deadlines.preflight,
-            hyper::Method::GET,
-            "/v1/activation/plan",
-            None,
-            Retry::Refused,
-        )
-        .await
-        .into_iter()
-        .collect();
         let failed = |node: String, why: String| NodePlan {
             node,
             plan: None,
             error: Some(why),
         };
-        up.nodes
+        self.ask_all::<ActivationPlan>(self.cfg.deadlines.preflight, "/v1/activation/plan")
+            .await
             .into_iter()
-            .map(|n| match (n.result, answers.remove(&n.node)) {
-                (Err(e), _) => failed(n.node, format!("link: {e}")),
-                (Ok(_), Some(Ok(p))) if p.node == n.node => NodePlan {
-                    node: n.node,
+            .map(|(node, asked)| match asked {
+                Asked::Answer(p) if p.node == node => NodePlan {
+                    node,
                     plan: Some(p),
                     error: None,
                 },
                 // The link checked the helper's name when it came up.
-                (Ok(_), Some(Ok(p))) => {
+                Asked::Answer(p) => {
                     let why = format!("the node helper answered as {:?}", p.node);
-                    failed(n.node, why)
+                    failed(node, why)
                 }
-                (Ok(_), Some(Err(e))) => failed(n.node, e.to_string()),
-                (Ok(_), None) => failed(n.node, "no answer".into()),
+                Asked::LinkDown(e) => failed(node, format!("link: {e}")),
+                Asked::Failed(e) => failed(node, e),
             })
             .collect()
     }
@@ -627,6 +628,15 @@ impl Daos {
     pub async fn close(&self) {
         self.links.close_all().await;
     }
+}
+
+/// What asking one node over its link gave.
+enum Asked<T> {
+    Answer(T),
+    /// The link could not be made: why.
+    LinkDown(String),
+    /// The call failed (deadline, refused, an error answer): why.
+    Failed(String),
 }
 
 /// `f`, unless the host's preparation is told to stop first (then `f` is
