@@ -200,6 +200,9 @@ pub fn activation_plan(p: &gpuq_protocol::node::SitePlan) -> String {
                 Some(e) => {
                     let _ = writeln!(o, "  unit {}: cannot be asked: {}", esc(&u.unit), esc(e));
                 }
+                None if u.load_state == "not-found" => {
+                    let _ = writeln!(o, "  unit {}: not installed", esc(&u.unit));
+                }
                 None => {
                     let _ = writeln!(
                         o,

@@ -202,8 +202,6 @@ if [ "$ALL" = 1 ]; then
     || fail activate-plan "no stop step for the unit: $plan"
   [ "$(printf '%s\n' "$plan" | grep -c 'discard all of /dev/nvme')" = 5 ] \
     || fail activate-plan "not five discard steps (da4 has two namespaces): $plan"
-  human=$(gq activate) || fail activate-plan "gpuq activate (text) failed"
-  printf '%s\n' "$human" | grep -q '^Activation plan (nothing has been changed):' || fail activate-plan "$human"
   # Nothing was changed: not a write or discard on any device, the unit
   # still running and enabled, no lease.
   [ "$(stats)" = "$before" ] || fail activate-plan "device counters moved: $before -> $(stats)"
