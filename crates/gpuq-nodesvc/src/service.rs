@@ -680,8 +680,15 @@ impl<P: Podman> NodeService<P> {
         for c in &containers {
             let how =
                 gpuq_podman::stop_local(&self.podman, &c.id, Duration::from_secs(grace)).await?;
+            // The server's own output outlives its container (the
+            // original kept it under jobs/<lease>/ too).
+            let kept = if c.name == server_name(lease) {
+                self.keep_output(lease, &c.id).await
+            } else {
+                String::new()
+            };
             gpuq_podman::remove_stopped(&self.podman, &c.id).await?;
-            stopped.push(format!("{} ({how})", c.name));
+            stopped.push(format!("{} ({how}{kept})", c.name));
         }
         // Confirm: no container of the lease, no DAOS process of those containers.
         let left = self.our_containers(Some(lease)).await?;
@@ -836,12 +843,27 @@ impl<P: Podman> NodeService<P> {
     }
 
     /// The server container's logs (stdout and stderr, in order).
+    /// The lease's server output: from its container while it exists,
+    /// afterwards from what `stop` kept (`<jobs_dir>/<lease>/server.log`).
     pub async fn logs(&self, lease: &str) -> Result<String, NodeError> {
         Self::check_lease(lease)?;
-        let logs = self
+        let logs = match self
             .podman
             .container_logs(&server_name(lease), &gpuq_podman::LogOptions::default())
-            .await?;
+            .await
+        {
+            Err(e) if e.is_not_found() => {
+                let kept = self.lease_dir(lease).join(SERVER_LOG);
+                return match std::fs::read(&kept) {
+                    Ok(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(NodeError::Refused(
+                        format!("no server output of lease {lease} on this node"),
+                    )),
+                    Err(e) => Err(io(format!("read {}", kept.display()))(e)),
+                };
+            }
+            r => r?,
+        };
         // Frames in the order Podman sent them: stdout and stderr interleaved.
         let bytes: Vec<u8> = logs
             .chunks
@@ -849,6 +871,78 @@ impl<P: Podman> NodeService<P> {
             .flat_map(|c| c.data.iter().copied())
             .collect();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+/// The server's output kept by `stop` in the lease's directory.
+pub const SERVER_LOG: &str = "server.log";
+/// At most this much of a server's output is kept (its end).
+pub const SERVER_LOG_MAX: usize = 8 << 20;
+/// The server outputs of this many leases are kept; older ones go.
+pub const SERVER_LOGS_KEPT: usize = 50;
+
+impl<P: Podman> NodeService<P> {
+    /// Write the stopped server container's output (its last
+    /// [`SERVER_LOG_MAX`] bytes) to `<jobs_dir>/<lease>/server.log`, root
+    /// 0600, durably, and drop the oldest beyond [`SERVER_LOGS_KEPT`]
+    /// leases. Diagnostics only: a failure is said in the stop's detail and
+    /// never fails the stop.
+    async fn keep_output(&self, lease: &str, id: &str) -> String {
+        let logs = match self
+            .podman
+            .container_logs(id, &gpuq_podman::LogOptions::default())
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => return format!("; its output was not kept: {e}"),
+        };
+        let mut bytes: Vec<u8> = logs
+            .chunks
+            .iter()
+            .flat_map(|c| c.data.iter().copied())
+            .collect();
+        if bytes.len() > SERVER_LOG_MAX {
+            bytes.drain(..bytes.len() - SERVER_LOG_MAX);
+        }
+        let dir = self.lease_dir(lease);
+        let path = dir.join(SERVER_LOG);
+        let written = std::fs::create_dir_all(&dir)
+            .and_then(|()| gpuq_durable::write_atomic(&path, &bytes, 0o600));
+        if let Err(e) = written {
+            return format!("; its output was not kept: {}: {e}", path.display());
+        }
+        prune_server_logs(self.jobs_dir(), SERVER_LOGS_KEPT);
+        format!(
+            "; {} bytes of output kept in {}",
+            bytes.len(),
+            path.display()
+        )
+    }
+}
+
+/// Remove the `server.log` of all but the newest `keep` leases under
+/// `jobs_dir` (by modification time). Only those files: the lease
+/// directories and their audit records stay.
+fn prune_server_logs(jobs_dir: &Path, keep: usize) {
+    let Ok(entries) = std::fs::read_dir(jobs_dir) else {
+        return;
+    };
+    let mut logs: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path().join(SERVER_LOG))
+        .filter_map(|p| {
+            let m = std::fs::symlink_metadata(&p).ok()?;
+            (m.file_type().is_file()).then(|| (m.modified().ok(), p))
+        })
+        .filter_map(|(t, p)| Some((t?, p)))
+        .collect();
+    logs.sort();
+    let excess = logs.len().saturating_sub(keep);
+    for (_, p) in logs.into_iter().take(excess) {
+        if let Err(e) = std::fs::remove_file(&p) {
+            tracing::warn!("removing the old server output {}: {e}", p.display());
+        }
     }
 }
 
@@ -998,6 +1092,30 @@ fn says_format_required(line: &str, engine: usize) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn only_the_newest_server_outputs_are_kept_and_nothing_else_goes() {
+        let jobs = tempfile::tempdir().unwrap();
+        for (i, lease) in ["L1", "L2", "L3"].iter().enumerate() {
+            let d = jobs.path().join(lease);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join(super::SERVER_LOG), lease).unwrap();
+            std::fs::write(d.join("audit.jsonl"), "{}").unwrap();
+            let t =
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
+            std::fs::File::options()
+                .write(true)
+                .open(d.join(super::SERVER_LOG))
+                .unwrap()
+                .set_modified(t)
+                .unwrap();
+        }
+        super::prune_server_logs(jobs.path(), 2);
+        assert!(!jobs.path().join("L1").join(super::SERVER_LOG).exists());
+        assert!(jobs.path().join("L2").join(super::SERVER_LOG).exists());
+        assert!(jobs.path().join("L3").join(super::SERVER_LOG).exists());
+        assert!(jobs.path().join("L1/audit.jsonl").exists(), "audits stay");
+    }
+
     use super::*;
 
     #[test]

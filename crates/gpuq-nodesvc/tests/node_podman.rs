@@ -148,6 +148,18 @@ async fn start_by_id_then_stop_and_wipe_only_what_is_ours() {
     );
     let again = n.svc.stop("L1").await.unwrap();
     assert!(again.already_done, "stop is idempotent");
+    // The server's output outlives its container: kept by the stop (root
+    // 0600), served by `logs`, and left by the wipe.
+    let kept = n.root.join("jobs/L1/server.log");
+    assert!(read(&kept).contains("server up"), "{}", read(&kept));
+    assert!(
+        stop.detail.contains("bytes of output kept in"),
+        "{}",
+        stop.detail
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&kept).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(n.svc.logs("L1").await.unwrap(), read(&kept));
 
     let wipe = n.svc.wipe("L1").await.unwrap();
     assert!(!wipe.already_done);
@@ -163,6 +175,10 @@ async fn start_by_id_then_stop_and_wipe_only_what_is_ours() {
     assert!(!n.root.join("jobs/active-lease").exists() && !n.root.join("jobs/lease.json").exists());
     let again = n.svc.wipe("L1").await.unwrap();
     assert!(again.already_done, "wipe is idempotent");
+    assert!(
+        read(&kept).contains("server up"),
+        "the wipe keeps the server's output"
+    );
 
     // The other container was never touched.
     let o = client.container_inspect(&other_id).await.unwrap();
