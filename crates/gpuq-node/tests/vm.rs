@@ -195,8 +195,12 @@ fn nvme_md_dm_partitions_hdd_and_discard_in_a_vm() {
 
     // n8 becomes the guest's root filesystem in the second stage; the build
     // script writes the initramfs tree into it.
+    // Sized from the helper it carries (a debug build with debuginfo, over
+    // 110 MB since the node helper speaks D-Bus): twice that, at least
+    // 256 MiB; sparse, so the size costs nothing.
     let n8 = d.join("n8.img");
-    File::create(&n8).unwrap().set_len(128 * MIB).unwrap();
+    let root_size = (2 * fs::metadata(BIN).unwrap().len()).max(256 * MIB);
+    File::create(&n8).unwrap().set_len(root_size).unwrap();
     let initrd = d.join("initramfs.cpio.gz");
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/vm/build-initramfs.sh");

@@ -876,8 +876,10 @@ impl<P: Podman> NodeService<P> {
 
 /// The server's output kept by `stop` in the lease's directory.
 pub const SERVER_LOG: &str = "server.log";
-/// At most this much of a server's output is kept (its end).
+/// At most this much of a server's output is kept (its end)…
 pub const SERVER_LOG_MAX: usize = 8 << 20;
+/// …read from its last this many lines.
+pub const SERVER_LOG_LINES: u64 = 100_000;
 /// The server outputs of this many leases are kept; older ones go.
 pub const SERVER_LOGS_KEPT: usize = 50;
 
@@ -888,11 +890,13 @@ impl<P: Podman> NodeService<P> {
     /// leases. Diagnostics only: a failure is said in the stop's detail and
     /// never fails the stop.
     async fn keep_output(&self, lease: &str, id: &str) -> String {
-        let logs = match self
-            .podman
-            .container_logs(id, &gpuq_podman::LogOptions::default())
-            .await
-        {
+        // Its last lines only: a long-running server's whole output is
+        // never read into memory (the bytes are cut to the limit below).
+        let opts = gpuq_podman::LogOptions {
+            tail: Some(SERVER_LOG_LINES),
+            ..gpuq_podman::LogOptions::default()
+        };
+        let logs = match self.podman.container_logs(id, &opts).await {
             Ok(l) => l,
             Err(e) => return format!("; its output was not kept: {e}"),
         };
