@@ -643,6 +643,7 @@ mod tests {
                         units: vec![],
                         foreign_processes: vec![],
                         steps: vec!["discard all of /dev/nvme0n1".into()],
+                        refusals: vec![],
                     }),
                     error: None,
                 },

@@ -17,22 +17,19 @@ const SYSTEMD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The plan of the node `cfg` describes, as of now.
 pub async fn plan(cfg: &ServiceConfig) -> ActivationPlan {
-    let node = cfg.node.clone();
-    let inspected = tokio::task::spawn_blocking(move || {
-        gpuq_blockdev::wipe::run(
-            &node,
-            &gpuq_blockdev::wipe::Request {
-                mode: gpuq_blockdev::wipe::Mode::Inspect,
-                lease: None,
-                expected_signatures: vec![],
-            },
-        )
-    })
-    .await;
+    // The device checks block this thread: the node helper runs a plan on
+    // its blocking pool (server.rs `run_step`), as it runs a preflight.
+    let inspected = gpuq_blockdev::wipe::run(
+        &cfg.node,
+        &gpuq_blockdev::wipe::Request {
+            mode: gpuq_blockdev::wipe::Mode::Inspect,
+            lease: None,
+            expected_signatures: vec![],
+        },
+    );
     let (devices, devices_error) = match inspected {
-        Ok(Ok(r)) => (r.devices.iter().map(device).collect(), None),
-        Ok(Err(e)) => (Vec::new(), Some(e.to_string())),
-        Err(e) => (Vec::new(), Some(format!("the inspection ended early: {e}"))),
+        Ok(r) => (r.devices.iter().map(device).collect(), None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
     };
     let units = units(&cfg.activation_units).await;
     let foreign_processes = match procscan::scan() {
@@ -49,7 +46,7 @@ pub async fn plan(cfg: &ServiceConfig) -> ActivationPlan {
         .filter(|p| p.mode == Mode::Physical)
         .map(|p| p.name.clone())
         .collect();
-    let steps = steps(&devices, &units, devices_error.as_deref());
+    let (steps, refusals) = steps(&devices, &units, devices_error.as_deref());
     ActivationPlan {
         node: cfg.node.node.name.clone(),
         physical_profiles,
@@ -58,6 +55,7 @@ pub async fn plan(cfg: &ServiceConfig) -> ActivationPlan {
         units,
         foreign_processes,
         steps,
+        refusals,
     }
 }
 
@@ -121,17 +119,33 @@ fn device(d: &DeviceReport) -> PlanDevice {
     }
 }
 
-/// What `--execute` would do on this node, in order, as an operator reads it.
-fn steps(devices: &[PlanDevice], units: &[PlanUnit], devices_error: Option<&str>) -> Vec<String> {
+/// What `--execute` would do on this node, in order, as an operator reads
+/// it; and, of those, the ones it would refuse at.
+fn steps(
+    devices: &[PlanDevice],
+    units: &[PlanUnit],
+    devices_error: Option<&str>,
+) -> (Vec<String>, Vec<String>) {
     let mut out = Vec::new();
+    let mut refusals = Vec::new();
+    let mut refuse = |out: &mut Vec<String>, line: String| {
+        refusals.push(line.clone());
+        out.push(line);
+    };
     for u in units {
-        out.push(match (u.error.as_deref(), u.load_state.as_str()) {
-            (Some(e), _) => format!(
-                "{}: systemd could not be asked ({e}); activation would refuse",
-                u.unit
-            ),
-            (None, "not-found") => format!("{}: not installed here; nothing to stop", u.unit),
-            (None, _) => format!(
+        if let Some(e) = &u.error {
+            refuse(
+                &mut out,
+                format!(
+                    "{}: systemd could not be asked ({e}); activation would refuse",
+                    u.unit
+                ),
+            );
+            continue;
+        }
+        out.push(match u.load_state.as_str() {
+            "not-found" => format!("{}: not installed here; nothing to stop", u.unit),
+            _ => format!(
                 "stop {} ({}{}) and disable its start at boot ({})",
                 u.unit,
                 u.active_state,
@@ -145,14 +159,15 @@ fn steps(devices: &[PlanDevice], units: &[PlanUnit], devices_error: Option<&str>
         });
     }
     if let Some(e) = devices_error {
-        out.push(format!(
-            "the devices cannot be inspected ({e}); activation would refuse"
-        ));
-        return out;
+        refuse(
+            &mut out,
+            format!("the devices cannot be inspected ({e}); activation would refuse"),
+        );
+        return (out, refusals);
     }
     if devices.is_empty() {
         out.push("no device is allowlisted ([[devices]]): nothing to activate here".into());
-        return out;
+        return (out, refusals);
     }
     out.push(format!(
         "check the identity and use of {} device(s) again (a signature found now is expected and discarded; any other refusal stops the activation)",
@@ -166,15 +181,18 @@ fn steps(devices: &[PlanDevice], units: &[PlanUnit], devices_error: Option<&str>
             .collect();
         let what = d.path.as_deref().unwrap_or("(not found)");
         if !blocking.is_empty() {
-            out.push(format!(
-                "{what} ({}): activation would refuse: {}",
-                d.entry,
-                blocking
-                    .iter()
-                    .map(|c| format!("{}: {}", c.check, c.detail))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ));
+            refuse(
+                &mut out,
+                format!(
+                    "{what} ({}): activation would refuse: {}",
+                    d.entry,
+                    blocking
+                        .iter()
+                        .map(|c| format!("{}: {}", c.check, c.detail))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            );
             continue;
         }
         out.push(format!(
@@ -192,7 +210,7 @@ fn steps(devices: &[PlanDevice], units: &[PlanUnit], devices_error: Option<&str>
     }
     out.push("write this node's claim record naming the claimed devices by serial".into());
     out.push("enable physical mode on this node".into());
-    out
+    (out, refusals)
 }
 
 /// Each unit's states, asked of systemd over the system bus; a unit whose

@@ -75,6 +75,23 @@ async fn a_plan_shows_each_device_what_is_on_it_and_the_steps_and_changes_nothin
         "{steps}"
     );
     assert!(steps.contains("claim record"), "{steps}");
+    // What it would refuse at: the mount, and (here, no system bus) the
+    // unit; never the ext4, whose destruction is the point.
+    assert!(
+        plan.refusals
+            .iter()
+            .any(|r| r.contains(mounted.dev_str()) && r.contains("mounted")),
+        "{:?}",
+        plan.refusals
+    );
+    assert!(
+        !plan
+            .refusals
+            .iter()
+            .any(|r| r.contains(&format!("{} ", with_fs.dev_str()))),
+        "{:?}",
+        plan.refusals
+    );
     // The unit: systemd asked over the system bus; here there is none.
     assert_eq!(plan.units.len(), 1);
     let u = &plan.units[0];

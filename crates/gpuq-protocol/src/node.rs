@@ -227,12 +227,9 @@ impl SitePlan {
             match (&n.plan, &n.error) {
                 (_, Some(e)) => out.push(format!("{}: {e}", n.node)),
                 (None, None) => out.push(format!("{}: no plan", n.node)),
-                (Some(p), None) => out.extend(
-                    p.steps
-                        .iter()
-                        .filter(|s| s.contains("activation would refuse"))
-                        .map(|s| format!("{}: {s}", n.node)),
-                ),
+                (Some(p), None) => {
+                    out.extend(p.refusals.iter().map(|s| format!("{}: {s}", n.node)))
+                }
             }
         }
         out
@@ -258,6 +255,10 @@ pub struct ActivationPlan {
     pub foreign_processes: Vec<String>,
     /// What `--execute` would do here, in order.
     pub steps: Vec<String>,
+    /// The steps of those it would refuse at now (a unit systemd could not
+    /// be asked about, devices that cannot be inspected, a device another
+    /// check than its signature refuses); empty: it would proceed here.
+    pub refusals: Vec<String>,
 }
 
 /// One allowlisted device in a plan.
