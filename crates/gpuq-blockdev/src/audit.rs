@@ -19,6 +19,8 @@ pub struct AuditRecord<'a> {
     pub version: u32,
     pub node: &'a str,
     pub lease: &'a str,
+    /// `lease` or `activation`.
+    pub reason: crate::wipe::Purpose,
     pub dry_run: bool,
     #[serde(flatten)]
     pub device: &'a DeviceReport,

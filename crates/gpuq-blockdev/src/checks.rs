@@ -346,6 +346,23 @@ pub fn foreign_signature(found: &Fact<Vec<Signature>>, expected: &[String]) -> C
     }
 }
 
+/// An activation's signature check: what is on the device is named (the
+/// operator approved its destruction); only a probe that failed refuses.
+pub fn signature_to_destroy(found: &Fact<Vec<Signature>>) -> CheckResult {
+    let r = Reason::ForeignSignature;
+    match found {
+        Ok(s) if s.is_empty() => CheckResult::pass(r, "no signatures".to_string()),
+        Ok(s) => CheckResult::pass(
+            r,
+            format!(
+                "found {}; the activation discards it",
+                probe::describe(&s.iter().collect::<Vec<_>>())
+            ),
+        ),
+        Err(e) => CheckResult::unknown(r, e),
+    }
+}
+
 /// No DAOS engine or SPDK application uses the device or its PCI function.
 pub fn external_engine(scan: &Fact<ProcScan>, spdk_holder: Option<ProcRef>) -> CheckResult {
     let r = Reason::ExternalEngine;

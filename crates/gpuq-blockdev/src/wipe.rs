@@ -56,6 +56,22 @@ pub struct Request {
     /// Signature types (libblkid `TYPE`/`PTTYPE`) this lease is known to
     /// leave behind and that may therefore be discarded.
     pub expected_signatures: Vec<String>,
+    /// Why the devices are checked (and discarded): it is written into each
+    /// audit record.
+    pub purpose: Purpose,
+}
+
+/// Why a wipe runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Purpose {
+    /// A lease's data (or an operator's `gpuq-node wipe --lease`): any
+    /// signature that is not expected refuses.
+    Lease,
+    /// `gpuq activate --execute --destroy-existing-data`: what the site had
+    /// on its devices before gpuq is what this discard is for, so a
+    /// signature is reported and discarded; every other check still refuses.
+    Activation,
 }
 
 /// Errors that prevent producing a report at all.
@@ -218,6 +234,7 @@ fn write_audit(cfg: &NodeConfig, req: &Request, p: &mut Prepared) -> Option<Stri
         version: 1,
         node: &cfg.node.name,
         lease,
+        reason: req.purpose,
         dry_run: req.mode == Mode::DryRun,
         device: &p.report,
     };
@@ -600,7 +617,10 @@ fn prepare(
 
     let sigs = probe::signatures(fd).map_err(err_str);
     report.signatures_before = sigs.clone().unwrap_or_default();
-    let foreign = checks::foreign_signature(&sigs, &req.expected_signatures);
+    let foreign = match req.purpose {
+        Purpose::Lease => checks::foreign_signature(&sigs, &req.expected_signatures),
+        Purpose::Activation => checks::signature_to_destroy(&sigs),
+    };
     let engine = checks::external_engine(&procs, spdk_holder);
     let lease = checks::foreign_lease(req.lease.as_deref(), active_lease.clone());
     let discard = checks::discard_supported(

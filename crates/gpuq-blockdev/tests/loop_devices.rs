@@ -15,6 +15,7 @@ fn request(mode: Mode) -> Request {
         mode,
         lease: Some("lease-lib".into()),
         expected_signatures: Vec::new(),
+        purpose: gpuq_blockdev::wipe::Purpose::Lease,
     }
 }
 
@@ -92,6 +93,7 @@ fn inspect_mode_writes_no_audit_record() {
             mode: Mode::Inspect,
             lease: None,
             expected_signatures: Vec::new(),
+            purpose: gpuq_blockdev::wipe::Purpose::Lease,
         },
     )
     .unwrap();
@@ -126,6 +128,7 @@ fn wipe_without_lease_is_rejected() {
             mode: Mode::Wipe,
             lease: None,
             expected_signatures: Vec::new(),
+            purpose: gpuq_blockdev::wipe::Purpose::Lease,
         },
     )
     .unwrap_err();

@@ -26,6 +26,7 @@ fn wipe_request() -> Request {
         mode: Mode::Wipe,
         lease: Some("lease-faults".into()),
         expected_signatures: Vec::new(),
+        purpose: gpuq_blockdev::wipe::Purpose::Lease,
     }
 }
 

@@ -90,6 +90,8 @@ pub struct Broker {
     counts: Mutex<Option<(u64, Option<JobId>, usize)>>,
     /// What `[metrics] listen` serves (kept whether or not it is served).
     metrics: Metrics,
+    /// Held while `gpuq activate --execute` runs (one at a time).
+    activation: tokio::sync::Mutex<()>,
 }
 
 /// A viewer's `jobs` array and the store generation it was read at.
@@ -135,6 +137,7 @@ impl Broker {
             lists: Mutex::new(HashMap::new()),
             counts: Mutex::new(None),
             metrics: Metrics::new(),
+            activation: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -812,6 +815,11 @@ impl Broker {
         let (tx, rx) = oneshot::channel();
         {
             let mut running = self.running_guard();
+            // A hold written since the gate looked (`gpuq activate
+            // --execute` writes its own under this lock): not now.
+            if self.hold_state().is_some() {
+                return Ok(());
+            }
             // Write before act: `running` is durable before anything is spawned.
             let started = now();
             if !self.store.mark_running(job.id, started)? {
@@ -1318,6 +1326,67 @@ impl Broker {
         })
     }
 
+    /// `gpuq activate --execute --destroy-existing-data` (root): with the
+    /// queue idle (no job running, no lease, no cleanup hold), the
+    /// activation's hold is written under the lock every job start takes,
+    /// then every node stops its named DAOS units, discards its allowlisted
+    /// devices (audited) and writes its claim; the hold goes only when all
+    /// four claims are complete. Run again, it resumes an unfinished one.
+    pub async fn activate(
+        &self,
+        peer: &Peer,
+        req: &gpuq_protocol::node::ActivateRequest,
+    ) -> Result<gpuq_protocol::node::SiteActivation, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may activate the storage nodes: run `sudo gpuq activate --execute --destroy-existing-data`".into(),
+            ));
+        }
+        if !req.destroy_existing_data {
+            return Err(ApiError::BadRequest(
+                "an activation destroys everything on the nodes' allowlisted devices: say so with --destroy-existing-data (read the plan first: `sudo gpuq activate`)".into(),
+            ));
+        }
+        let Some(daos) = self.daos.clone() else {
+            return Err(ApiError::NotEnabled(
+                self.cfg.daos_off("no storage nodes to activate"),
+            ));
+        };
+        let Ok(_one) = self.activation.try_lock() else {
+            return Err(ApiError::Conflict(
+                "an activation is running now; wait for its answer".into(),
+            ));
+        };
+        let hold = {
+            // No job starts while this guard is held, and none after the
+            // hold is written (start() looks at it under the same lock).
+            let running = self.running_guard();
+            if !running.is_empty() {
+                return Err(ApiError::Conflict(format!(
+                    "{} job(s) running: activation needs an idle queue (`gpuq list`); nothing was changed",
+                    running.len()
+                )));
+            }
+            if let Some(why) = daos.unreleased() {
+                return Err(ApiError::Conflict(format!(
+                    "{why}: activation needs no lease; nothing was changed"
+                )));
+            }
+            daos.begin_activation(&format!("activation-{}", now()))?
+        };
+        tracing::warn!(activation = %hold.lease, by = %who(peer), "activation: stopping the nodes' DAOS units and discarding their devices");
+        let r = daos.activate(&hold).await;
+        self.wake.notify_one();
+        match &r {
+            Ok(a) if a.held.is_none() => {
+                tracing::info!(activation = %a.activation, "activation: every node claimed; hold released")
+            }
+            Ok(a) => tracing::error!(activation = %a.activation, "activation held: {}", a.held.as_deref().unwrap_or_default()),
+            Err(e) => tracing::error!(activation = %hold.lease, "activation: {e}"),
+        }
+        Ok(r?)
+    }
+
     /// `gpuq verify-pins` (root).
     pub async fn verify_pins(&self, peer: &Peer) -> Result<serde_json::Value, ApiError> {
         if !peer.is_root() {
@@ -1585,6 +1654,7 @@ fn read_hold(dir: &Path) -> Option<HoldInfo> {
     match gpuq_lease::blocked_in(dir) {
         Ok(None) => None,
         Ok(Some(b)) => Some(HoldInfo {
+            activating: b.kind == gpuq_lease::HoldKind::Activating,
             lease: b.lease,
             reason: b.reason,
             since: b.since,
@@ -1595,6 +1665,7 @@ fn read_hold(dir: &Path) -> Option<HoldInfo> {
             lease: "?".into(),
             reason: format!("{e}; an operator must look"),
             since: 0,
+            activating: false,
         }),
     }
 }

@@ -87,8 +87,17 @@ fn daos_status(e: &gpuq_lifecycle::DaosError) -> (StatusCode, ErrorCode) {
     let conflict = (StatusCode::CONFLICT, ErrorCode::Conflict);
     let internal = (StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::Internal);
     match e {
-        D::Stopped | D::UnknownProfile(_) | D::BadPin { .. } | D::Unconfigured { .. } => conflict,
+        D::Stopped
+        | D::UnknownProfile(_)
+        | D::BadPin { .. }
+        | D::Unconfigured { .. }
+        | D::Activating { .. } => conflict,
         D::LinksDown { .. } => (StatusCode::SERVICE_UNAVAILABLE, ErrorCode::Unavailable),
+        // Another lease or hold is in the way: the caller can wait or recover.
+        D::Lease {
+            source: gpuq_lease::LeaseError::Busy { .. } | gpuq_lease::LeaseError::Held { .. },
+            ..
+        } => conflict,
         D::Host { .. } | D::Lease { .. } => internal,
         D::Lifecycle(l) => match l {
             L::Refused { .. } | L::Held { .. } | L::NothingToRecover => conflict,
@@ -123,6 +132,20 @@ mod tests {
             down: vec![("da2".into(), "ssh: connect refused".into())],
         };
         assert_eq!(status(down), StatusCode::SERVICE_UNAVAILABLE);
+        let activating = DaosError::Activating {
+            name: "activation-1".into(),
+            reason: "da3: no answer".into(),
+        };
+        assert!(activating.to_string().contains("gpuq activate --execute"));
+        assert_eq!(status(activating), StatusCode::CONFLICT);
+        let held = DaosError::Lease {
+            lease: "activation-2".into(),
+            source: gpuq_lease::LeaseError::Held {
+                lease: "L1".into(),
+                reason: "wipe failed".into(),
+            },
+        };
+        assert_eq!(status(held), StatusCode::CONFLICT);
         let host = DaosError::Host {
             step: gpuq_lifecycle::PrepareStep::Format,
             source: Box::new(gpuq_lifecycle::HostError::Agent("x".into())),

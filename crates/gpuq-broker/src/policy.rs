@@ -51,10 +51,21 @@ pub enum Gate {
 /// Pick the job to start, or say why none starts. `queued` must be oldest first.
 pub fn decide(queued: &[QueueEntry], inputs: &GateInputs<'_>) -> Gate {
     if let Some(h) = inputs.hold {
-        return Gate::Wait(Some(format!(
-            "recovery hold on lease {}: {} (operator: `sudo gpuq recover`)",
-            h.lease, h.reason
-        )));
+        return Gate::Wait(Some(if h.activating {
+            format!(
+                "activation {} holds every job: {} (operator: `{}`)",
+                h.lease,
+                h.reason,
+                h.remedy()
+            )
+        } else {
+            format!(
+                "recovery hold on lease {}: {} (operator: `{}`)",
+                h.lease,
+                h.reason,
+                h.remedy()
+            )
+        }));
     }
     if inputs.running {
         return Gate::Wait(None);
@@ -173,6 +184,7 @@ mod tests {
             lease: "L1".into(),
             reason: "wipe failed on da3".into(),
             since: 0,
+            activating: false,
         };
         let g = GateInputs {
             hold: Some(&h),
@@ -180,6 +192,25 @@ mod tests {
         };
         match decide(&[q(1, 0)], &g) {
             Gate::Wait(Some(why)) => assert!(why.contains("L1") && why.contains("recover")),
+            other => panic!("{other:?}"),
+        }
+        let a = HoldInfo {
+            lease: "activation-1".into(),
+            reason: "da3: no answer".into(),
+            since: 0,
+            activating: true,
+        };
+        let g = GateInputs {
+            hold: Some(&a),
+            ..idle()
+        };
+        match decide(&[q(1, 0)], &g) {
+            Gate::Wait(Some(why)) => assert!(
+                why.contains("activation-1")
+                    && why.contains("gpuq activate --execute")
+                    && !why.contains("recover"),
+                "{why}"
+            ),
             other => panic!("{other:?}"),
         }
     }

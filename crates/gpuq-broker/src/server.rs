@@ -288,6 +288,10 @@ async fn route(
         (Method::GET, ["v1", "activate"]) => {
             Ok(json(StatusCode::OK, &broker.activation_plan(peer).await?))
         }
+        (Method::POST, ["v1", "activate"]) => {
+            let body: gpuq_protocol::node::ActivateRequest = read_json(broker, req).await?;
+            Ok(json(StatusCode::OK, &broker.activate(peer, &body).await?))
+        }
         (Method::GET, ["v1", "daos", "pins"]) => {
             Ok(json(StatusCode::OK, &broker.verify_pins(peer).await?))
         }

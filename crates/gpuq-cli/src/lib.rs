@@ -122,9 +122,21 @@ pub enum Verb {
     /// pre-existing DAOS services the node's `[activation] units` names,
     /// and each step an activation would take. Changes nothing. Exits
     /// non-zero when an activation would refuse now.
+    ///
+    /// With `--execute --destroy-existing-data` (the queue idle): hold every
+    /// job, stop and disable those units on each node, discard every
+    /// allowlisted device (audited), and claim them for gpuq's physical
+    /// mode; the hold goes when all nodes are claimed. Run it again to
+    /// finish an activation that stopped half-way.
     Activate {
         #[arg(long)]
         json: bool,
+        /// Carry the plan out (needs --destroy-existing-data).
+        #[arg(long)]
+        execute: bool,
+        /// Agree that everything on the allowlisted devices is destroyed.
+        #[arg(long)]
+        destroy_existing_data: bool,
     },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
     DaosStatus {

@@ -59,12 +59,23 @@ fn elapsed(j: &JobView, now: i64) -> String {
 pub fn list(l: &JobList, now: i64) -> String {
     let mut out = String::new();
     if let Some(h) = &l.broker.hold {
-        let _ = writeln!(
-            out,
-            "HOLD: lease {} was not cleaned up: {}. No job starts until an operator runs `sudo gpuq recover`.",
-            h.lease,
-            esc(&h.reason)
-        );
+        let _ = if h.activating {
+            writeln!(
+                out,
+                "HOLD: activation {} of the storage nodes is not finished: {}. No job starts until an operator runs `{}`.",
+                h.lease,
+                esc(&h.reason),
+                h.remedy()
+            )
+        } else {
+            writeln!(
+                out,
+                "HOLD: lease {} was not cleaned up: {}. No job starts until an operator runs `{}`.",
+                h.lease,
+                esc(&h.reason),
+                h.remedy()
+            )
+        };
     }
     if let Some(lock) = &l.broker.lock {
         let _ = writeln!(
@@ -243,13 +254,60 @@ pub fn activation_plan(p: &gpuq_protocol::node::SitePlan) -> String {
     o
 }
 
+/// `gpuq activate --execute` for people: per node what it did (or why it did
+/// not complete), then whether the site is claimed or still held.
+pub fn activation(a: &gpuq_protocol::node::SiteActivation) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(o, "Activation {}:", esc(&a.activation));
+    for n in &a.nodes {
+        let _ = writeln!(o, "\n{}:", esc(&n.node));
+        match (&n.report, &n.error) {
+            (_, Some(e)) => {
+                let _ = writeln!(o, "  NOT COMPLETE: {}", esc(e));
+            }
+            (Some(r), None) => {
+                for line in &r.done {
+                    let _ = writeln!(o, "  {}", esc(line));
+                }
+            }
+            (None, None) => {
+                let _ = writeln!(o, "  NOT COMPLETE: no answer");
+            }
+        }
+    }
+    match &a.held {
+        None => {
+            let _ = writeln!(
+                o,
+                "\nEvery node is claimed; the hold is released and physical-mode DAOS jobs may run."
+            );
+        }
+        Some(why) => {
+            let _ = writeln!(
+                o,
+                "\nHELD: {}\nNo job starts. Fix what is named above, then run `sudo gpuq activate --execute --destroy-existing-data` again: it finishes only what is left.",
+                esc(why)
+            );
+        }
+    }
+    o
+}
+
 /// `gpuq daos-status` for people: the lease and hold first, then a line per
 /// node, then the profiles' pins.
 pub fn daos_status(v: &serde_json::Value) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let s = |x: &serde_json::Value| esc(x.as_str().unwrap_or("-"));
-    if let Some(h) = v["hold"].as_object() {
+    if let Some(h) = v["hold"].as_object().filter(|h| h.get("activating") == Some(&true.into())) {
+        let _ = writeln!(
+            o,
+            "HELD: activation {} is not finished: {}\n  fix the cause, then run `sudo gpuq activate --execute --destroy-existing-data` again",
+            s(&h["lease"].clone()),
+            h.get("reason").map(s).unwrap_or_default()
+        );
+    } else if let Some(h) = v["hold"].as_object() {
         let _ = writeln!(
             o,
             "HELD: lease {} at step {} on {}: {}\n  fix the cause, then run `sudo gpuq recover`",
@@ -643,6 +701,7 @@ mod tests {
                         units: vec![],
                         foreign_processes: vec![],
                         steps: vec!["discard all of /dev/nvme0n1".into()],
+                        claim: None,
                         refusals: vec![],
                     }),
                     error: None,

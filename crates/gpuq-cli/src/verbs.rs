@@ -219,7 +219,38 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 return Ok(Exit::Refused as i32);
             }
         }
-        Verb::Activate { json } => {
+        Verb::Activate {
+            json,
+            execute: true,
+            destroy_existing_data,
+        } => {
+            if !destroy_existing_data {
+                eprintln!("gpuq: --execute destroys everything on the storage nodes' allowlisted devices: add --destroy-existing-data to agree (read the plan first: `sudo gpuq activate`); nothing was changed");
+                return Ok(Exit::Usage as i32);
+            }
+            let req = gpuq_protocol::node::ActivateRequest {
+                destroy_existing_data,
+            };
+            let done: gpuq_protocol::node::SiteActivation = client
+                .call(Method::POST, routes::ACTIVATE, Some(&req))
+                .await?;
+            if json {
+                print_json(&done);
+            } else {
+                print!("{}", crate::render::activation(&done));
+            }
+            if done.held.is_some() {
+                return Ok(Exit::Refused as i32);
+            }
+        }
+        Verb::Activate {
+            destroy_existing_data: true,
+            ..
+        } => {
+            eprintln!("gpuq: --destroy-existing-data goes with --execute; without it `gpuq activate` only plans and changes nothing");
+            return Ok(Exit::Usage as i32);
+        }
+        Verb::Activate { json, .. } => {
             let plan: gpuq_protocol::node::SitePlan = client
                 .call(Method::GET, routes::ACTIVATE, None::<&()>)
                 .await?;

@@ -109,14 +109,32 @@ impl Lease {
     }
 }
 
-/// `blocked.json`: the recovery hold, as the broker's gate reads it.
+/// `blocked.json`: the hold, as the broker's gate reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Blocked {
+    /// The held lease, or the activation holding the site.
     pub lease: String,
     pub reason: String,
     pub since: i64,
     pub step: Option<CleanupStep>,
     pub node: Option<String>,
+    /// What holds: a lease's cleanup (`recover` finishes it) or an
+    /// activation (`gpuq activate --execute` finishes it). Missing in a
+    /// record of an older broker: a cleanup.
+    #[serde(default)]
+    pub kind: HoldKind,
+}
+
+/// What a hold is for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldKind {
+    /// A lease whose cleanup did not finish.
+    #[default]
+    Cleanup,
+    /// `gpuq activate --execute`: written before any node is touched,
+    /// removed only when every node's claim is complete.
+    Activating,
 }
 
 #[derive(Debug, Error)]
@@ -138,6 +156,8 @@ pub enum LeaseError {
     },
     #[error("lease name '{0}' is not valid: 1-64 letters, digits, - and _")]
     Name(String),
+    #[error("the site is held for lease {lease} ({reason}): `gpuq recover` first")]
+    Held { lease: String, reason: String },
 }
 
 fn phase_name(p: &Phase) -> &'static str {
@@ -375,6 +395,7 @@ impl LeaseStore {
             since: now,
             step,
             node: node.map(str::to_string),
+            kind: HoldKind::Cleanup,
         };
         self.write(&self.dir.join("blocked.json"), &b)?;
         l.history.push(Event {
@@ -413,6 +434,66 @@ impl LeaseStore {
         self.remove(&self.dir.join("active.json"))
     }
 
+    /// An activation's hold (`gpuq activate --execute`), durable before the
+    /// caller touches any node: refused while a lease is active or a
+    /// cleanup holds; an activation hold already there is returned as it
+    /// is (running the activation again resumes it, under its first name).
+    pub fn begin_activation(&self, name: &str, now: i64) -> Result<Blocked, LeaseError> {
+        if !valid_name(name) {
+            return Err(LeaseError::Name(name.to_string()));
+        }
+        if let Some(active) = self.active()? {
+            return Err(LeaseError::Busy { active });
+        }
+        match self.blocked()? {
+            Some(b) if b.kind == HoldKind::Activating => Ok(b),
+            Some(b) => Err(LeaseError::Held {
+                lease: b.lease,
+                reason: b.reason,
+            }),
+            None => {
+                std::fs::create_dir_all(&self.dir).map_err(|source| LeaseError::Io {
+                    path: self.dir.clone(),
+                    source,
+                })?;
+                let b = Blocked {
+                    lease: name.to_string(),
+                    reason: format!(
+                        "activation {name} is stopping the nodes' DAOS services and discarding their devices"
+                    ),
+                    since: now,
+                    step: None,
+                    node: None,
+                    kind: HoldKind::Activating,
+                };
+                self.write(&self.dir.join("blocked.json"), &b)?;
+                Ok(b)
+            }
+        }
+    }
+
+    /// The activation `b` did not complete: the hold stays, saying why.
+    pub fn activation_failed(&self, b: &Blocked, reason: &str) -> Result<(), LeaseError> {
+        let mut b = b.clone();
+        b.reason = reason.to_string();
+        self.write(&self.dir.join("blocked.json"), &b)
+    }
+
+    /// Every node's claim is complete: the activation's hold goes. Nothing
+    /// else is removed (a cleanup's hold is `release`'s alone).
+    pub fn end_activation(&self, name: &str) -> Result<(), LeaseError> {
+        match self.blocked()? {
+            Some(b) if b.kind == HoldKind::Activating && b.lease == name => {
+                self.remove(&self.dir.join("blocked.json"))
+            }
+            Some(b) => Err(LeaseError::Held {
+                lease: b.lease,
+                reason: b.reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
     fn save(&self, l: &Lease) -> Result<(), LeaseError> {
         self.write(&self.path(&l.lease), l)
     }
@@ -444,6 +525,56 @@ mod tests {
         let (s, held) = LeaseStore::open(d.path(), 1).unwrap();
         assert!(held.is_none());
         (d, s)
+    }
+
+    #[test]
+    fn an_activation_holds_everything_until_it_ends_and_resumes_under_its_first_name() {
+        let (d, s) = store();
+        let b = s.begin_activation("activation-1", 5).unwrap();
+        assert_eq!(b.kind, HoldKind::Activating);
+        let on_disk = blocked_in(d.path()).unwrap().unwrap();
+        assert_eq!(on_disk, b, "durable before any node is touched");
+        s.end_activation("activation-1").unwrap();
+        // Never beside an active lease.
+        s.create("L1", "job 7", "inst1", 6).unwrap();
+        assert!(matches!(
+            s.begin_activation("activation-2", 7),
+            Err(LeaseError::Busy { .. })
+        ));
+        assert!(blocked_in(d.path()).unwrap().is_none(), "nothing written");
+        let (d, s) = store();
+        let b = s.begin_activation("activation-1", 5).unwrap();
+        s.activation_failed(&b, "da3: no answer").unwrap();
+        let again = s.begin_activation("activation-2", 8).unwrap();
+        assert_eq!(
+            (again.lease.as_str(), again.reason.as_str()),
+            ("activation-1", "da3: no answer"),
+            "a second run resumes the first"
+        );
+        assert!(matches!(s.end_activation("activation-2"), Err(LeaseError::Held { .. })));
+        s.end_activation("activation-1").unwrap();
+        assert!(blocked_in(d.path()).unwrap().is_none());
+    }
+
+    #[test]
+    fn an_activation_never_starts_over_or_ends_a_cleanup_hold() {
+        let (d, s) = store();
+        let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
+        s.hold(&mut l, Some(CleanupStep::Wipe), Some("da2"), "wipe failed", 11)
+            .unwrap();
+        let before = std::fs::read(d.path().join("blocked.json")).unwrap();
+        assert!(matches!(s.begin_activation("activation-1", 12), Err(LeaseError::Busy { .. })));
+        // Even with the lease pointer gone by hand, the cleanup hold stays.
+        std::fs::remove_file(d.path().join("active.json")).unwrap();
+        assert!(matches!(s.begin_activation("activation-1", 12), Err(LeaseError::Held { .. })));
+        assert!(matches!(s.end_activation("L1"), Err(LeaseError::Held { .. })));
+        assert_eq!(std::fs::read(d.path().join("blocked.json")).unwrap(), before);
+        // An older broker's record (no kind) is a cleanup hold.
+        let old: Blocked = serde_json::from_str(
+            r#"{"lease":"L0","reason":"r","since":1,"step":null,"node":null}"#,
+        )
+        .unwrap();
+        assert_eq!(old.kind, HoldKind::Cleanup);
     }
 
     #[test]

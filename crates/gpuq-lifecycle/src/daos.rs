@@ -20,6 +20,7 @@ use gpuq_protocol::node::ServerTls;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use hyper::Method;
 use thiserror::Error;
 
 /// Why a site's DAOS side cannot start.
@@ -351,6 +352,14 @@ impl Daos {
     /// unconfirmed step; `local` is the caller's part of that lease (see
     /// [`Daos::host`] for this host's).
     pub async fn recover(&self, local: &dyn LocalSteps) -> Result<String, DaosError> {
+        if let Ok(Some(b)) = self.store.blocked() {
+            if b.kind == gpuq_lease::HoldKind::Activating {
+                return Err(DaosError::Activating {
+                    name: b.lease,
+                    reason: b.reason,
+                });
+            }
+        }
         let Some(l) = self.active() else {
             return Err(LifecycleError::NothingToRecover.into());
         };
@@ -484,7 +493,7 @@ impl Daos {
             unreachable: Some(why),
             ..HostInstall::default()
         };
-        self.ask_all::<HostInstall>(self.cfg.deadlines.request, "/v1/install")
+        self.ask_all::<HostInstall>(self.cfg.deadlines.request, Method::GET, "/v1/install", None)
             .await
             .into_iter()
             .map(|(node, asked)| match asked {
@@ -504,10 +513,16 @@ impl Daos {
             .collect()
     }
 
-    /// `GET path` on every node over its link, at once (the links made
-    /// first, within the link deadline), each within `deadline`; in
-    /// configuration order.
-    async fn ask_all<T>(&self, deadline: Duration, path: &str) -> Vec<(String, Asked<T>)>
+    /// `method path` (with `body`) on every node over its link, at once
+    /// (the links made first, within the link deadline), each within
+    /// `deadline`; in configuration order.
+    async fn ask_all<T>(
+        &self,
+        deadline: Duration,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+    ) -> Vec<(String, Asked<T>)>
     where
         T: serde::de::DeserializeOwned + Send + 'static,
     {
@@ -523,9 +538,9 @@ impl Daos {
         let mut answers: std::collections::HashMap<String, _> = call_all::<T>(
             &reachable,
             deadline,
-            hyper::Method::GET,
+            method,
             path,
-            None,
+            body,
             Retry::Refused,
         )
         .await
@@ -556,8 +571,13 @@ impl Daos {
             plan: None,
             error: Some(why),
         };
-        self.ask_all::<ActivationPlan>(self.cfg.deadlines.preflight, "/v1/activation/plan")
-            .await
+        self.ask_all::<ActivationPlan>(
+            self.cfg.deadlines.preflight,
+            Method::GET,
+            "/v1/activation/plan",
+            None,
+        )
+        .await
             .into_iter()
             .map(|(node, asked)| match asked {
                 Asked::Answer(p) if p.node == node => NodePlan {
@@ -574,6 +594,92 @@ impl Daos {
                 Asked::Failed(e) => failed(node, e),
             })
             .collect()
+    }
+
+    /// `gpuq activate --execute`, first step: the activation's hold,
+    /// durable before any node is touched (refused beside a lease or a
+    /// cleanup's hold; an unfinished activation's hold is returned, to be
+    /// resumed under its first name). The caller has checked that no job
+    /// runs, and starts none while a hold is there.
+    pub fn begin_activation(&self, name: &str) -> Result<gpuq_lease::Blocked, DaosError> {
+        self.store
+            .begin_activation(name, gpuq_protocol::time::now())
+            .map_err(|source| DaosError::Lease {
+                lease: name.to_string(),
+                source,
+            })
+    }
+
+    /// `gpuq activate --execute --destroy-existing-data` under `hold`
+    /// ([`Daos::begin_activation`]): every node's `POST
+    /// /v1/activation/execute` at once, each within the stop and wipe
+    /// deadlines together (it stops units, then discards). The hold goes
+    /// only when every node answered with its claim; otherwise it stays,
+    /// naming the nodes that did not.
+    pub async fn activate(
+        &self,
+        hold: &gpuq_lease::Blocked,
+    ) -> Result<gpuq_protocol::node::SiteActivation, DaosError> {
+        use gpuq_protocol::node::{ActivationReport, ActivationRequest, NodeActivation, SiteActivation};
+        let in_lease = |source| DaosError::Lease {
+            lease: hold.lease.clone(),
+            source,
+        };
+        let body = serde_json::to_value(ActivationRequest {
+            activation: hold.lease.clone(),
+        })
+        .unwrap_or_default();
+        let deadline = self.cfg.deadlines.stop + self.cfg.deadlines.wipe;
+        let failed = |node: String, why: String| NodeActivation {
+            node,
+            report: None,
+            error: Some(why),
+        };
+        let nodes: Vec<NodeActivation> = self
+            .ask_all::<ActivationReport>(deadline, Method::POST, "/v1/activation/execute", Some(body))
+            .await
+            .into_iter()
+            .map(|(node, asked)| match asked {
+                Asked::Answer(r) if r.node == node && r.activation == hold.lease => NodeActivation {
+                    node,
+                    report: Some(r),
+                    error: None,
+                },
+                Asked::Answer(r) => {
+                    let why = format!(
+                        "the node helper answered as {:?} for activation {:?}",
+                        r.node, r.activation
+                    );
+                    failed(node, why)
+                }
+                Asked::LinkDown(e) => failed(node, format!("link: {e}")),
+                Asked::Failed(e) => failed(node, e),
+            })
+            .collect();
+        let unfinished: Vec<String> = nodes
+            .iter()
+            .filter_map(|n| n.error.as_ref().map(|e| format!("{}: {e}", n.node)))
+            .collect();
+        let held = if unfinished.is_empty() {
+            self.store.end_activation(&hold.lease).map_err(in_lease)?;
+            None
+        } else {
+            let reason = format!(
+                "activation {} did not complete on {} node(s): {}",
+                hold.lease,
+                unfinished.len(),
+                unfinished.join("; ")
+            );
+            self.store
+                .activation_failed(hold, &reason)
+                .map_err(in_lease)?;
+            Some(reason)
+        };
+        Ok(SiteActivation {
+            activation: hold.lease.clone(),
+            nodes,
+            held,
+        })
     }
 
     /// Every node helper's `GET /v1/metrics`, at once, for a scrape of the

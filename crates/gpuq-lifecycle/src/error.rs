@@ -172,6 +172,9 @@ pub enum DaosError {
         #[source]
         source: LeaseError,
     },
+    /// An activation holds the site: `gpuq activate --execute` finishes it.
+    #[error("activation {name} holds the site ({reason}): run `sudo gpuq activate --execute --destroy-existing-data` again to finish it (`gpuq recover` does not)")]
+    Activating { name: String, reason: String },
     /// A lease whose profile is gone is held, not cleaned.
     #[error("lease {lease} held: cannot clean up: {source}")]
     Unconfigured {

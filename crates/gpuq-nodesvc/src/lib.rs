@@ -13,6 +13,7 @@
 
 pub mod activation;
 pub mod audit;
+pub mod claim;
 pub mod procscan;
 pub mod profile;
 pub mod server;

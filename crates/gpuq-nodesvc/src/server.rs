@@ -18,7 +18,8 @@ use bytes::Bytes;
 use gpuq_podman::Podman;
 use gpuq_protocol::metrics::NodeMetrics;
 use gpuq_protocol::node::{
-    Finding, PreflightReport, PreflightRequest, StartReport, StartRequest, StepReport,
+    ActivationReport, ActivationRequest, Finding, PreflightReport, PreflightRequest, StartReport,
+    StartRequest, StepReport,
 };
 use gpuq_protocol::{ErrorBody, ErrorCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -251,6 +252,7 @@ impl Findings for StartReport {}
 impl Findings for StepReport {}
 impl Findings for gpuq_manifest::report::HostInstall {}
 impl Findings for gpuq_protocol::node::ActivationPlan {}
+impl Findings for ActivationReport {}
 
 async fn route<P: Podman + 'static>(
     shared: &Arc<Shared<P>>,
@@ -290,6 +292,16 @@ async fn route<P: Podman + 'static>(
             // a plan never sees a device half-way through a wipe.
             let r = run_step(shared, true, None, |s| async move {
                 Ok(crate::activation::plan(s.service.config()).await)
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::POST, ["v1", "activation", "execute"]) => {
+            // gpuq activate --execute --destroy-existing-data: one at a
+            // time with the lease steps (it stops units and discards).
+            let body: ActivationRequest = read_json(req).await?;
+            let r = run_step(shared, true, None, move |s| async move {
+                crate::activation::execute(&s.service, &body).await
             })
             .await?;
             Ok(json(StatusCode::OK, &r))

@@ -220,7 +220,7 @@ impl<P: Podman> NodeService<P> {
         }
     }
 
-    async fn our_containers(&self, lease: Option<&str>) -> Result<Vec<OurContainer>, NodeError> {
+    pub(crate) async fn our_containers(&self, lease: Option<&str>) -> Result<Vec<OurContainer>, NodeError> {
         let filter = match lease {
             Some(l) => LabelFilter::lease(l),
             None => LabelFilter::ours(),
@@ -378,6 +378,7 @@ impl<P: Podman> NodeService<P> {
                     mode: gpuq_blockdev::wipe::Mode::Inspect,
                     lease: Some(req.lease.clone()),
                     expected_signatures: vec![],
+                    purpose: gpuq_blockdev::wipe::Purpose::Lease,
                 },
             );
             match report {
@@ -426,6 +427,12 @@ impl<P: Podman> NodeService<P> {
                     }
                 }
                 Err(e) => find("check_failed", format!("block devices: {e}")),
+            }
+        }
+        if profile.mode == Mode::Physical && !devices.is_empty() {
+            // Only what an activation discarded and claimed (issue #17).
+            for why in crate::claim::unclaimed(self.jobs_dir(), &devices) {
+                find("unclaimed", why);
             }
         }
         let report = PreflightReport {
@@ -794,6 +801,24 @@ impl<P: Podman> NodeService<P> {
                 });
             }
             Plan::Physical { devices, meta_dir } => {
+                // Only devices an activation claimed are ever discarded
+                // for a lease (the start checked the same).
+                let recorded = rec.as_ref().map(|r| r.devices.as_slice()).unwrap_or(&[]);
+                let unclaimed = crate::claim::unclaimed(self.jobs_dir(), recorded);
+                if !unclaimed.is_empty() {
+                    let msg = format!(
+                        "lease {lease}'s devices are not all claimed on {}: {}; nothing was wiped (restore {} as the activation wrote it, then `gpuq recover`)",
+                        self.node_name(),
+                        unclaimed.join("; "),
+                        crate::claim::path(self.jobs_dir()).display()
+                    );
+                    if let Err(e) = audit::append(&lease_dir, "wipe", "refused", &msg) {
+                        return Err(NodeError::Refused(format!(
+                            "{msg} (and its audit line could not be written: {e})"
+                        )));
+                    }
+                    return Err(NodeError::Refused(msg));
+                }
                 let node = gpuq_blockdev::NodeConfig {
                     node: self.cfg.node.node.clone(),
                     devices,
@@ -804,6 +829,7 @@ impl<P: Podman> NodeService<P> {
                         mode: gpuq_blockdev::wipe::Mode::Wipe,
                         lease: Some(lease.to_string()),
                         expected_signatures: vec![],
+                        purpose: gpuq_blockdev::wipe::Purpose::Lease,
                     },
                 )
                 .map_err(|e| NodeError::Failed(e.to_string()))?;

@@ -31,6 +31,8 @@ pub mod routes {
     pub const INSTALL: &str = "/v1/install";
     /// `GET` (root): a [`super::node::SitePlan`], what activating the
     /// nodes' devices would find and do (`gpuq activate`); read-only.
+    /// `POST` (root) an [`super::node::ActivateRequest`]: activate them
+    /// (`--execute --destroy-existing-data`), a [`super::node::SiteActivation`].
     pub const ACTIVATE: &str = "/v1/activate";
     /// `GET` (root): every pinned image present on every host (`gpuq verify-pins`).
     pub const PINS: &str = "/v1/daos/pins";
@@ -247,9 +249,25 @@ pub struct LockRequest {
 /// A recovery hold: a lease whose cleanup did not finish. Blocks every job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HoldInfo {
+    /// The held lease, or the activation that holds the site.
     pub lease: String,
     pub reason: String,
     pub since: i64,
+    /// True: `gpuq activate --execute` holds the site (it finishes it, not
+    /// `gpuq recover`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub activating: bool,
+}
+
+impl HoldInfo {
+    /// What an operator runs to end this hold.
+    pub fn remedy(&self) -> &'static str {
+        if self.activating {
+            "sudo gpuq activate --execute --destroy-existing-data"
+        } else {
+            "sudo gpuq recover"
+        }
+    }
 }
 
 /// Broker-wide state.

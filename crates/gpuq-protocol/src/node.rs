@@ -255,6 +255,9 @@ pub struct ActivationPlan {
     pub foreign_processes: Vec<String>,
     /// What `--execute` would do here, in order.
     pub steps: Vec<String>,
+    /// The node's claim record, if an activation wrote one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim: Option<Claim>,
     /// The steps of those it would refuse at now (a unit systemd could not
     /// be asked about, devices that cannot be inspected, a device another
     /// check than its signature refuses); empty: it would proceed here.
@@ -302,6 +305,87 @@ pub struct PlanUnit {
     /// 0 when none.
     pub main_pid: u32,
     /// Why systemd could not be asked, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `POST /v1/activation/execute` on a node: activate it for `activation`
+/// (`gpuq activate --execute --destroy-existing-data`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationRequest {
+    /// The activation's name: its audit records go to
+    /// `<jobs_dir>/<activation>/` (a valid lease name).
+    pub activation: String,
+}
+
+/// `<jobs_dir>/claim.json`: the devices an activation discarded and gpuq
+/// now owns on this node. Physical mode starts and wipes only devices named
+/// here (a device is the same when its serial, namespace ID and loop
+/// backing file are). Written durably after the activation's discard
+/// succeeded on every allowlisted device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claim {
+    pub version: u32,
+    pub node: String,
+    /// The activation that claimed them (its audit directory).
+    pub activation: String,
+    /// RFC 3339, UTC.
+    pub claimed_at: String,
+    pub devices: Vec<LeaseDevice>,
+}
+
+impl Claim {
+    /// Whether the claim names exactly `found` (an activation has nothing
+    /// left to do on the node).
+    pub fn is_exactly(&self, found: &[LeaseDevice]) -> bool {
+        self.devices.len() == found.len() && found.iter().all(|d| self.covers(d))
+    }
+
+    /// Whether `d` is one of the claimed devices.
+    pub fn covers(&self, d: &LeaseDevice) -> bool {
+        self.devices.iter().any(|c| {
+            c.serial == d.serial && c.nsid == d.nsid && c.loop_backing_file == d.loop_backing_file
+        })
+    }
+}
+
+/// What one node's activation did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationReport {
+    pub node: String,
+    pub activation: String,
+    /// True when the node was already claimed for exactly its allowlisted
+    /// devices: nothing was stopped, discarded or written this time.
+    pub already_claimed: bool,
+    /// What was done, in order, as an operator reads it.
+    pub done: Vec<String>,
+    pub claim: Claim,
+}
+
+/// `POST /v1/activate` on the broker: the request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivateRequest {
+    /// Must be true: the operator said `--destroy-existing-data`.
+    pub destroy_existing_data: bool,
+}
+
+/// `POST /v1/activate` on the broker: every node's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SiteActivation {
+    pub activation: String,
+    pub nodes: Vec<NodeActivation>,
+    /// Why the site stays held (`activating`), if it does; `None`: every
+    /// node is claimed and the hold is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<String>,
+}
+
+/// One node's activation, or why it did not complete.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeActivation {
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<ActivationReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -16,6 +16,7 @@ pub fn run(cfg: &NodeConfig, args: &Args) -> Exit {
         mode: Mode::Inspect,
         lease: None,
         expected_signatures: Vec::new(),
+        purpose: gpuq_blockdev::wipe::Purpose::Lease,
     };
     output::finish(gpuq_blockdev::run(cfg, &req), args.json)
 }

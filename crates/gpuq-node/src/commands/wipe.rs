@@ -31,6 +31,7 @@ pub fn run(cfg: &NodeConfig, args: &Args) -> Exit {
         },
         lease: Some(args.lease.clone()),
         expected_signatures: args.expect_signature.clone(),
+        purpose: gpuq_blockdev::wipe::Purpose::Lease,
     };
     output::finish(gpuq_blockdev::run(cfg, &req), args.json)
 }
