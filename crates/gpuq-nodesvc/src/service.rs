@@ -807,7 +807,7 @@ impl<P: Podman> NodeService<P> {
                 let unclaimed = crate::claim::unclaimed(self.jobs_dir(), recorded);
                 if !unclaimed.is_empty() {
                     let msg = format!(
-                        "lease {lease}'s devices are not all claimed on {}: {}; nothing was wiped (restore {} as the activation wrote it, then `gpuq recover`)",
+                        "lease {lease}'s devices are not all claimed on node {}: {}; nothing was wiped (restore {} as the activation wrote it, then `gpuq recover`)",
                         self.node_name(),
                         unclaimed.join("; "),
                         crate::claim::path(self.jobs_dir()).display()

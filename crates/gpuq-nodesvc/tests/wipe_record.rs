@@ -3,7 +3,11 @@
 //! record — the profile renamed, its mode changed, the allowlist changed, the
 //! record missing or without a mode — refuses, touches nothing and keeps the
 //! record; once the configuration is restored the same wipe (the broker's
-//! `recover`) discards and releases.
+//! `recover`) discards and releases. And the claims of `gpuq activate
+//! --execute` (issue #17): an activation discards what the site had (the
+//! audited wipe, reason `activation`) and claims the devices; physical mode
+//! starts and wipes only claimed devices; a refusal anywhere discards
+//! nothing and claims nothing.
 //!
 //! Real parts: a `podman system service` of its own (preflight and stop ask
 //! it), loop devices made non-rotational (the block-device checks, the
@@ -30,7 +34,7 @@ use gpuq_nodesvc::profile::ServiceConfig;
 use gpuq_nodesvc::service::{NodeError, NodeService};
 use gpuq_podman::LibpodClient;
 use gpuq_podman_harness::{PodmanService, TestImage};
-use gpuq_protocol::node::StartRequest;
+use gpuq_protocol::node::{ActivationReport, ActivationRequest, StartRequest};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -194,10 +198,33 @@ fn assert_refused(e: NodeError, want: &str) -> String {
     msg
 }
 
-/// Start `lease` in physical mode on the allowlisted loop devices: the real
-/// start, which fails after the record and the metadata dir are written
-/// (see the module comment), then the confirmed stop (nothing to stop).
-async fn physical_lease(svc: &NodeService<LibpodClient>, site: &Site, lease: &str) {
+/// Claim the allowlisted devices as `gpuq activate --execute` does on a node
+/// (the real activation: checks, discard, audit, claim record).
+async fn activate(svc: &NodeService<LibpodClient>, name: &str) -> ActivationReport {
+    gpuq_nodesvc::activation::execute(
+        svc,
+        &ActivationRequest {
+            activation: name.into(),
+        },
+    )
+    .await
+    .expect("activation")
+}
+
+/// Start `lease` in physical mode on the allowlisted loop devices, claimed
+/// first by an activation: the real start, which fails after the record
+/// and the metadata dir are written (see the module comment), then the
+/// confirmed stop (nothing to stop); then what the lease left on each
+/// device (its first MiB written).
+async fn physical_lease(
+    svc: &NodeService<LibpodClient>,
+    site: &Site,
+    lease: &str,
+    devices: &[&LoopDev],
+) {
+    if !site.jobs("claim.json").exists() {
+        activate(svc, "activation-1").await;
+    }
     let e = svc.start(lease, &req("inst1")).await.unwrap_err();
     assert!(
         e.to_string().contains("PCI address"),
@@ -206,6 +233,9 @@ async fn physical_lease(svc: &NodeService<LibpodClient>, site: &Site, lease: &st
     assert!(site.jobs(&format!("{lease}/control_meta")).is_dir());
     assert_eq!(site.record()["lease"], lease);
     svc.stop(lease).await.unwrap();
+    for d in devices {
+        d.write_data(0, MIB as usize);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +247,7 @@ async fn a_renamed_physical_profile_holds_the_wipe_until_the_config_is_restored(
     let dev = LoopDev::new(64 * MIB);
     dev.write_data(8 * MIB, 64 * 1024);
     let svc = site.helper("inst1", "physical", &[&dev]).await;
-    physical_lease(&svc, &site, "L1").await;
+    physical_lease(&svc, &site, "L1", &[&dev]).await;
     // The record says the mode and the device, as found by preflight.
     let rec = site.record();
     assert_eq!(rec["mode"], "physical", "{rec}");
@@ -344,7 +374,7 @@ async fn a_missing_or_modeless_record_refuses_and_touches_nothing() {
     let site = Site::new().await;
     let dev = LoopDev::new(64 * MIB);
     let svc = site.helper("inst1", "physical", &[&dev]).await;
-    physical_lease(&svc, &site, "L3").await;
+    physical_lease(&svc, &site, "L3", &[&dev]).await;
     let before = content(&dev);
     let record_bytes = std::fs::read(site.jobs("lease.json")).unwrap();
 
@@ -413,7 +443,7 @@ async fn an_allowlist_changed_to_other_devices_refuses_and_touches_none() {
     let mine = LoopDev::new(64 * MIB);
     let other = LoopDev::new(64 * MIB);
     let svc = site.helper("inst1", "physical", &[&mine]).await;
-    physical_lease(&svc, &site, "L5").await;
+    physical_lease(&svc, &site, "L5", &[&mine]).await;
     let (mine_before, other_before) = (content(&mine), content(&other));
 
     // Restarted with the allowlist naming another device, then both.
@@ -544,4 +574,256 @@ async fn a_release_cut_between_its_two_removals_leaves_a_wipe_that_can_be_repeat
     let done = svc.wipe("L7").await.unwrap();
     assert!(!done.already_done, "{done:?}");
     assert!(!site.jobs("lease.json").exists() && !site.jobs("active-lease").exists());
+}
+
+// ── claims (issue #17): an activation discards, audits and claims; physical
+// mode starts and wipes only claimed devices ─────────────────────────────
+
+/// Every audit record the activation wrote for a device, as JSON.
+fn activation_records(site: &Site, activation: &str) -> Vec<Value> {
+    let mut out: Vec<Value> = std::fs::read_dir(site.jobs(activation))
+        .expect("the activation's audit directory")
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("wipe-")
+        })
+        .map(|p| serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap())
+        .collect();
+    out.sort_by_key(|v| v["device"]["path"].to_string());
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_device_is_refused_by_preflight_and_start_and_nothing_is_touched() {
+    if !as_own_node("an_unclaimed_device_is_refused_by_preflight_and_start_and_nothing_is_touched")
+    {
+        return;
+    }
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    dev.write_data(8 * MIB, 64 * 1024);
+    let before = content(&dev);
+    let svc = site.helper("inst1", "physical", &[&dev]).await;
+    let report = svc
+        .preflight(&gpuq_protocol::node::PreflightRequest {
+            lease: "L8".into(),
+            profile: "inst1".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        !report.ok
+            && report.findings.iter().any(|f| f.reason == "unclaimed"
+                && f.detail.contains("claim.json")
+                && f.detail.contains("gpuq activate")),
+        "{report:?}"
+    );
+    let e = svc.start("L8", &req("inst1")).await.unwrap_err();
+    assert!(
+        matches!(e, NodeError::Preflight { .. }) && e.to_string().contains("unclaimed"),
+        "{e}"
+    );
+    assert!(!site.root.join("jobs").exists(), "nothing was written");
+    assert_eq!(content(&dev), before, "the device was touched");
+    assert!(site.containers().await.is_empty());
+
+    // A claim that names another device is no claim for this one.
+    let other = LoopDev::new(64 * MIB);
+    let claimer = site.helper("inst1", "physical", &[&other]).await;
+    activate(&claimer, "activation-other").await;
+    let svc = site.helper("inst1", "physical", &[&dev]).await;
+    let e = svc.start("L8", &req("inst1")).await.unwrap_err();
+    assert!(
+        e.to_string().contains("is not claimed (claim of activation-other)")
+            && e.to_string().contains(&dev.backing.display().to_string()),
+        "{e}"
+    );
+    assert!(!site.jobs("lease.json").exists(), "no lease record");
+    assert_eq!(content(&dev), before, "the device was touched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activation_discards_what_the_site_had_audits_and_claims_and_a_repeat_does_nothing() {
+    if !as_own_node(
+        "an_activation_discards_what_the_site_had_audits_and_claims_and_a_repeat_does_nothing",
+    ) {
+        return;
+    }
+    let site = Site::new().await;
+    let with_fs = LoopDev::new(64 * MIB);
+    with_fs.mkfs("mkfs.ext4", &["-q", "-F"]);
+    let plain = LoopDev::new(64 * MIB);
+    let svc = site.helper("inst1", "physical", &[&with_fs, &plain]).await;
+
+    let r = activate(&svc, "activation-7").await;
+    assert!(!r.already_claimed, "{r:?}");
+    let done = r.done.join("\n");
+    assert!(
+        done.contains(&format!("discarded {}", with_fs.dev_str())) && done.contains("ext4"),
+        "{done}"
+    );
+    assert!(done.contains(&format!("discarded {}", plain.dev_str())), "{done}");
+    assert!(done.contains("claimed 2 device(s)"), "{done}");
+    // Both discarded: the ext4 and the pattern are gone.
+    assert!(with_fs.head_is_zero(MIB as usize) && plain.head_is_zero(MIB as usize));
+    // Audited per device, reason `activation`, the ext4 named.
+    let recs = activation_records(&site, "activation-7");
+    assert_eq!(recs.len(), 2, "{recs:?}");
+    for v in &recs {
+        assert_eq!(v["reason"], "activation", "{v}");
+        assert_eq!(v["lease"], "activation-7", "{v}");
+        assert_eq!(v["result"], "wiped", "{v}");
+    }
+    assert!(recs.iter().any(|v| v.to_string().contains("ext4")), "{recs:?}");
+    // The claim: durable, root only, naming both by identity and size.
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(site.jobs("claim.json")).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let claim: Value = serde_json::from_slice(&std::fs::read(site.jobs("claim.json")).unwrap()).unwrap();
+    assert_eq!(claim["activation"], "activation-7");
+    let files: Vec<&str> = claim["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["loop_backing_file"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        files,
+        [
+            with_fs.backing.to_str().unwrap(),
+            plain.backing.to_str().unwrap()
+        ]
+    );
+    let claim_bytes = std::fs::read(site.jobs("claim.json")).unwrap();
+
+    // Run again (a resumed activation): nothing is discarded or rewritten.
+    plain.write_data(0, MIB as usize);
+    let before = content(&plain);
+    let again = activate(&svc, "activation-8").await;
+    assert!(again.already_claimed, "{again:?}");
+    assert!(again.done[0].contains("already claimed by activation activation-7"));
+    assert_eq!(content(&plain), before, "a claimed node was discarded again");
+    assert_eq!(std::fs::read(site.jobs("claim.json")).unwrap(), claim_bytes);
+    assert!(!site.jobs("activation-8").exists(), "nothing of a no-op is written");
+    // And the plan says so.
+    let plan = gpuq_nodesvc::activation::plan(svc.config()).await;
+    assert!(
+        plan.steps.len() == 1 && plan.steps[0].contains("already claimed") && plan.refusals.is_empty(),
+        "{:?}",
+        plan.steps
+    );
+    // Physical mode may use them now.
+    let ok = svc
+        .preflight(&gpuq_protocol::node::PreflightRequest {
+            lease: "L9".into(),
+            profile: "inst1".into(),
+        })
+        .await
+        .unwrap();
+    assert!(
+        !ok.findings.iter().any(|f| f.reason == "unclaimed"),
+        "{ok:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_activation_that_would_refuse_anywhere_discards_nothing_and_claims_nothing() {
+    if !as_own_node("an_activation_that_would_refuse_anywhere_discards_nothing_and_claims_nothing")
+    {
+        return;
+    }
+    let site = Site::new().await;
+    let with_fs = LoopDev::new(64 * MIB);
+    with_fs.mkfs("mkfs.ext4", &["-q", "-F"]);
+    let mut mounted = LoopDev::new(64 * MIB);
+    mounted.mkfs("mkfs.ext4", &["-q", "-F"]);
+    let mp = mounted.mount();
+    let svc = site.helper("inst1", "physical", &[&with_fs, &mounted]).await;
+    let before = (with_fs.edge_hash(), mounted.edge_hash());
+    let e = gpuq_nodesvc::activation::execute(
+        &svc,
+        &ActivationRequest {
+            activation: "activation-9".into(),
+        },
+    )
+    .await
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, NodeError::Refused(_)), "{msg}");
+    assert!(
+        msg.contains("mounted") && msg.contains("no claim was written"),
+        "{msg}"
+    );
+    assert_eq!(
+        (with_fs.edge_hash(), mounted.edge_hash()),
+        before,
+        "a device was touched"
+    );
+    assert!(std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .contains(mp.to_str().unwrap()));
+    assert!(!site.jobs("claim.json").exists());
+    assert_eq!(site.audit("activation-9"), ["wipe:failed"]);
+
+    // A unit to stop, and no systemd to ask (this host's PID 1 is not
+    // systemd): refused before any device is looked at again.
+    let text = std::fs::read_to_string(site.root.join("node.toml")).unwrap()
+        + "\n[activation]\nunits = [\"daos_server.service\"]\n";
+    std::fs::write(site.root.join("node.toml"), text).unwrap();
+    let cfg = ServiceConfig::load(&site.root.join("node.toml")).unwrap();
+    let svc = NodeService::new(cfg, site.podman.client().await);
+    if !std::path::Path::new("/run/dbus/system_bus_socket").exists() {
+        let e = gpuq_nodesvc::activation::execute(
+            &svc,
+            &ActivationRequest {
+                activation: "activation-10".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("system bus") && e.to_string().contains("no device was touched"),
+            "{e}"
+        );
+        assert_eq!((with_fs.edge_hash(), mounted.edge_hash()), before);
+        assert!(!site.jobs("claim.json").exists());
+        assert_eq!(site.audit("activation-10"), ["unit:failed"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_whose_claim_is_gone_is_not_wiped_until_the_claim_is_restored() {
+    if !as_own_node("a_lease_whose_claim_is_gone_is_not_wiped_until_the_claim_is_restored") {
+        return;
+    }
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    let svc = site.helper("inst1", "physical", &[&dev]).await;
+    physical_lease(&svc, &site, "L10", &[&dev]).await;
+    let before = content(&dev);
+    let claim = std::fs::read(site.jobs("claim.json")).unwrap();
+    std::fs::remove_file(site.jobs("claim.json")).unwrap();
+    let msg = assert_refused(svc.wipe("L10").await.unwrap_err(), "not all claimed");
+    assert!(msg.contains("claim.json"), "{msg}");
+    assert_eq!(content(&dev), before, "the device was touched");
+    assert!(site.jobs("lease.json").exists(), "the record is kept");
+    // An activation is refused while the lease is there (it would discard
+    // the lease's data outside its cleanup).
+    let e = gpuq_nodesvc::activation::execute(
+        &svc,
+        &ActivationRequest {
+            activation: "activation-11".into(),
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(e.to_string().contains("holds lease L10"), "{e}");
+    assert_eq!(content(&dev), before, "the device was touched");
+    std::fs::write(site.jobs("claim.json"), claim).unwrap();
+    svc.wipe("L10").await.unwrap();
+    assert!(dev.head_is_zero(MIB as usize));
+    assert_eq!(site.audit("L10"), ["wipe:refused", "wipe:ok", "release:ok"]);
 }
