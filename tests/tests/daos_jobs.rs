@@ -838,3 +838,118 @@ fn a_frozen_node_helper_misses_its_deadline_the_lease_is_held_and_recover_releas
     frozen.thaw();
     s.assert_clean();
 }
+
+/// `gpuq activate --execute --destroy-existing-data` (#17 item 2) on the
+/// test cluster: refused for a user, beside a running job and without the
+/// agreement, each changing nothing; with da3's helper hung it claims the
+/// other three, keeps the `activating` hold (every job waits, `recover`
+/// refuses and points at the activation), and run again after da3 answers
+/// it finishes da3 only and releases the hold. The cluster's nodes
+/// allowlist no device (test mode): their claims name none; the discard
+/// itself is proven on real loop devices in gpuq-nodesvc's wipe_record.rs
+/// and in the site VM.
+#[test]
+fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_after_a_hung_node() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up_with_daos_keys("dj-activate", None, SHORT_DEADLINES);
+    let rw = s.b.workdir(None, "root");
+    let claim = |n: &str| s.c.dir().join(n).join("jobs/claim.json");
+    let nothing_changed = |what: &str| {
+        assert!(!s.state().join("blocked.json").exists(), "{what}: a hold");
+        for n in NODES {
+            assert!(!claim(n).exists(), "{what}: {n} claimed");
+        }
+    };
+    // Not for a user; not without the agreement; not beside a job.
+    let r = s.b.gpuq(
+        Some(&alice()),
+        &["activate", "--execute", "--destroy-existing-data"],
+    );
+    assert!(!r.status.success() && stderr(&r).contains("only root"), "{}", stderr(&r));
+    nothing_changed("a user's activation");
+    let r = s.b.gpuq(ROOT, &["activate", "--execute"]);
+    assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
+    assert_eq!(stderr(&r).lines().count(), 1, "{}", stderr(&r));
+    assert!(stderr(&r).contains("--destroy-existing-data"), "{}", stderr(&r));
+    nothing_changed("no agreement");
+    let go = rw.join("go");
+    let job = s.b.submit(
+        ROOT,
+        &rw,
+        &[
+            "--",
+            "sh",
+            "-c",
+            &format!("while [ ! -e {} ]; do sleep 0.1; done", go.display()),
+        ],
+    );
+    assert!(eventually(30, || s.b.state(job) == "running"));
+    let r = s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
+    assert!(!r.status.success() && stderr(&r).contains("job(s) running"), "{}", stderr(&r));
+    nothing_changed("beside a running job");
+    std::fs::write(&go, "").unwrap();
+    s.expect_end(job, "completed", 60);
+
+    // da3's helper hangs: the others are claimed, the site stays held.
+    let frozen = Frozen::freeze(&s.c, "da3", "node");
+    let r = s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
+    let out = stdout(&r);
+    assert_eq!(r.status.code(), Some(1), "{out}{}", stderr(&r));
+    assert!(out.contains("da3:\n  NOT COMPLETE: ") && out.contains("HELD:"), "{out}");
+    for n in ["da1", "da2", "da4"] {
+        assert!(claim(n).exists(), "{n} not claimed: {out}");
+    }
+    assert!(!claim("da3").exists());
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    assert_eq!(b["kind"], "activating", "{b}");
+    let name = b["lease"].as_str().unwrap().to_string();
+    assert!(b["reason"].as_str().unwrap().contains("da3"), "{b}");
+    // Every job waits; the list says why and what the operator runs.
+    let queued = s.b.submit(Some(&alice()), &s.b.workdir(Some(&alice()), "alice"), &["--", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(s.b.state(queued), "queued");
+    let list = stdout(&s.b.gpuq(Some(&alice()), &["list"]));
+    assert!(
+        list.contains(&format!("HOLD: activation {name}"))
+            && list.contains("gpuq activate --execute --destroy-existing-data"),
+        "{list}"
+    );
+    // recover does not end it, and says what does.
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(!r.status.success());
+    assert!(
+        stderr(&r).contains(&format!("activation {name} holds the site"))
+            && stderr(&r).contains("gpuq activate --execute"),
+        "{}",
+        stderr(&r)
+    );
+    assert!(s.state().join("blocked.json").exists());
+
+    // da3 answers again: a second run finishes da3 only, under the first
+    // run's name, and the hold goes; the queued job runs.
+    frozen.thaw();
+    let r = s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data", "--json"]);
+    assert!(r.status.success(), "{}{}", stdout(&r), stderr(&r));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["activation"], name.as_str(), "{v}");
+    assert!(v["held"].is_null(), "{v}");
+    for n in v["nodes"].as_array().unwrap() {
+        assert!(n["error"].is_null(), "{v}");
+        if n["node"] != "da3" {
+            assert_eq!(n["report"]["already_claimed"], true, "{v}");
+        }
+    }
+    for n in NODES {
+        let c: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(claim(n)).unwrap()).unwrap();
+        assert_eq!(c["activation"], name.as_str(), "{n}: {c}");
+    }
+    assert!(!s.state().join("blocked.json").exists());
+    s.expect_end(queued, "completed", 60);
+    // The plan now says every node is claimed.
+    let plan = stdout(&s.b.gpuq(ROOT, &["activate"]));
+    assert_eq!(plan.matches("already claimed by activation").count(), 4, "{plan}");
+    s.assert_clean();
+}

@@ -1257,6 +1257,14 @@ impl Broker {
                 self.cfg.daos_off("nothing to recover"),
             ));
         };
+        if let Some(h) = self.hold_state().filter(|h| h.activating) {
+            // Not a lease's cleanup: the activation finishes it.
+            return Err(gpuq_lifecycle::DaosError::Activating {
+                name: h.lease,
+                reason: h.reason,
+            }
+            .into());
+        }
         if !self.running_guard().is_empty()
             && daos
                 .active()
