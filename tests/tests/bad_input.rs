@@ -303,6 +303,7 @@ fn daos_verbs_on_a_broker_without_daos_refuse_in_one_line_and_store_nothing() {
         vec!["daos-status"],
         vec!["verify-pins"],
         vec!["activate"],
+        vec!["activate", "--execute", "--destroy-existing-data"],
         vec!["recover"],
         vec!["daos-exec", "--", "true"],
     ] {
@@ -329,6 +330,20 @@ fn daos_verbs_on_a_broker_without_daos_refuse_in_one_line_and_store_nothing() {
         "{}",
         stderr(&out)
     );
+    // The activation's two flags go together; alone, each is one line
+    // (exit 2), and nothing reaches the broker.
+    for args in [
+        vec!["activate", "--execute"],
+        vec!["activate", "--destroy-existing-data"],
+    ] {
+        let out = b.gpuq(ROOT, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.lines().count() == 1 && err.contains("--execute") && err.contains("--destroy-existing-data"),
+            "{args:?}: {err}"
+        );
+    }
     assert_eq!(b.job_count(), 0);
     assert!(!b.path("state/active.json").exists() && !b.path("state/blocked.json").exists());
 }

@@ -570,7 +570,7 @@ pub fn usage(r: &gpuq_protocol::UsageReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{activation_plan, esc};
+    use super::{activation, activation_plan, esc};
 
     #[test]
     fn stats_print_a_row_per_user_and_the_total_with_names_escaped() {
@@ -671,6 +671,55 @@ mod tests {
         assert_eq!(esc("\u{1b}[2Jx"), "\\u{1b}[2Jx");
         assert_eq!(esc("a\rb\nc\u{9b}"), "a\\rb\\nc\\u{9b}");
         assert_eq!(esc("\u{202e}exe.txt"), "\\u{202e}exe.txt");
+    }
+
+    #[test]
+    fn an_activation_says_what_each_node_did_and_what_holds_with_node_text_escaped() {
+        use gpuq_protocol::node::{ActivationReport, Claim, NodeActivation, SiteActivation};
+        let done = NodeActivation {
+            node: "da1".into(),
+            report: Some(ActivationReport {
+                node: "da1".into(),
+                activation: "activation-1".into(),
+                already_claimed: false,
+                done: vec!["stopped daos_server.service\u{1b}[2J".into()],
+                claim: Claim {
+                    version: 1,
+                    node: "da1".into(),
+                    activation: "activation-1".into(),
+                    claimed_at: "2026-12-04T00:00:00Z".into(),
+                    devices: vec![],
+                },
+            }),
+            error: None,
+        };
+        let held = SiteActivation {
+            activation: "activation-1".into(),
+            nodes: vec![
+                done.clone(),
+                NodeActivation {
+                    node: "da3".into(),
+                    report: None,
+                    error: Some("no answer within 16s".into()),
+                },
+            ],
+            held: Some("activation activation-1 did not complete on 1 node(s)".into()),
+        };
+        let text = activation(&held);
+        assert!(text.contains("da1:\n  stopped daos_server.service"), "{text}");
+        assert!(!text.contains('\u{1b}'), "{text}");
+        assert!(text.contains("da3:\n  NOT COMPLETE: no answer within 16s"), "{text}");
+        assert!(
+            text.contains("HELD: activation activation-1 did not complete")
+                && text.contains("run `sudo gpuq activate --execute --destroy-existing-data` again"),
+            "{text}"
+        );
+        let ok = SiteActivation {
+            nodes: vec![done],
+            held: None,
+            ..held
+        };
+        assert!(activation(&ok).contains("Every node is claimed; the hold is released"));
     }
 
     #[test]
