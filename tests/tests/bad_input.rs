@@ -340,7 +340,9 @@ fn daos_verbs_on_a_broker_without_daos_refuse_in_one_line_and_store_nothing() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
         let err = stderr(&out);
         assert!(
-            err.lines().count() == 1 && err.contains("--execute") && err.contains("--destroy-existing-data"),
+            err.lines().count() == 1
+                && err.contains("--execute")
+                && err.contains("--destroy-existing-data"),
             "{args:?}: {err}"
         );
     }

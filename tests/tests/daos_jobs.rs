@@ -866,12 +866,20 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
         Some(&alice()),
         &["activate", "--execute", "--destroy-existing-data"],
     );
-    assert!(!r.status.success() && stderr(&r).contains("only root"), "{}", stderr(&r));
+    assert!(
+        !r.status.success() && stderr(&r).contains("only root"),
+        "{}",
+        stderr(&r)
+    );
     nothing_changed("a user's activation");
     let r = s.b.gpuq(ROOT, &["activate", "--execute"]);
     assert_eq!(r.status.code(), Some(2), "{}", stderr(&r));
     assert_eq!(stderr(&r).lines().count(), 1, "{}", stderr(&r));
-    assert!(stderr(&r).contains("--destroy-existing-data"), "{}", stderr(&r));
+    assert!(
+        stderr(&r).contains("--destroy-existing-data"),
+        "{}",
+        stderr(&r)
+    );
     nothing_changed("no agreement");
     let go = rw.join("go");
     let job = s.b.submit(
@@ -885,18 +893,27 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
         ],
     );
     assert!(eventually(30, || s.b.state(job) == "running"));
-    let r = s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
-    assert!(!r.status.success() && stderr(&r).contains("job(s) running"), "{}", stderr(&r));
+    let r =
+        s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
+    assert!(
+        !r.status.success() && stderr(&r).contains("job(s) running"),
+        "{}",
+        stderr(&r)
+    );
     nothing_changed("beside a running job");
     std::fs::write(&go, "").unwrap();
     s.expect_end(job, "completed", 60);
 
     // da3's helper hangs: the others are claimed, the site stays held.
     let frozen = Frozen::freeze(&s.c, "da3", "node");
-    let r = s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
+    let r =
+        s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
     let out = stdout(&r);
     assert_eq!(r.status.code(), Some(1), "{out}{}", stderr(&r));
-    assert!(out.contains("da3:\n  NOT COMPLETE: ") && out.contains("HELD:"), "{out}");
+    assert!(
+        out.contains("da3:\n  NOT COMPLETE: ") && out.contains("HELD:"),
+        "{out}"
+    );
     for n in ["da1", "da2", "da4"] {
         assert!(claim(n).exists(), "{n} not claimed: {out}");
     }
@@ -907,7 +924,11 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
     let name = b["lease"].as_str().unwrap().to_string();
     assert!(b["reason"].as_str().unwrap().contains("da3"), "{b}");
     // Every job waits; the list says why and what the operator runs.
-    let queued = s.b.submit(Some(&alice()), &s.b.workdir(Some(&alice()), "alice"), &["--", "true"]);
+    let queued = s.b.submit(
+        Some(&alice()),
+        &s.b.workdir(Some(&alice()), "alice"),
+        &["--", "true"],
+    );
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(s.b.state(queued), "queued");
     let list = stdout(&s.b.gpuq(Some(&alice()), &["list"]));
@@ -930,7 +951,10 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
     // da3 answers again: a second run finishes da3 only, under the first
     // run's name, and the hold goes; the queued job runs.
     frozen.thaw();
-    let r = s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data", "--json"]);
+    let r = s.b.gpuq(
+        ROOT,
+        &["activate", "--execute", "--destroy-existing-data", "--json"],
+    );
     assert!(r.status.success(), "{}{}", stdout(&r), stderr(&r));
     let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v["activation"], name.as_str(), "{v}");
@@ -950,6 +974,10 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
     s.expect_end(queued, "completed", 60);
     // The plan now says every node is claimed.
     let plan = stdout(&s.b.gpuq(ROOT, &["activate"]));
-    assert_eq!(plan.matches("already claimed by activation").count(), 4, "{plan}");
+    assert_eq!(
+        plan.matches("already claimed by activation").count(),
+        4,
+        "{plan}"
+    );
     s.assert_clean();
 }

@@ -381,7 +381,9 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
         &[
             "cluster-up-with-four-physical-nodes",
             "broker-start",
+            "an-unclaimed-site-refuses-a-physical-job-and-touches-no-device",
             "activate-plan-shows-devices-and-the-running-unit-and-changes-nothing",
+            "activate-execute-stops-and-disables-the-unit-discards-and-claims-every-node",
             "inst-job-created-pool-container-and-wrote-through-daos-exec",
             "data-on-every-allowlisted-namespace-during-the-job",
             "daos-exec-from-outside-the-job-is-refused",
@@ -433,6 +435,7 @@ fn a_cgroup_v1_only_site_vm_runs_jobs_and_an_inst_job_with_daos_exec_under_syste
         &[
             "cluster-up-with-four-physical-nodes",
             "broker-start",
+            "activate-execute",
             "inst-job-created-pool-container-and-wrote-through-daos-exec",
             "data-on-every-allowlisted-namespace-during-the-job",
             "daos-exec-from-outside-the-job-is-refused",

@@ -1389,7 +1389,9 @@ impl Broker {
             Ok(a) if a.held.is_none() => {
                 tracing::info!(activation = %a.activation, "activation: every node claimed; hold released")
             }
-            Ok(a) => tracing::error!(activation = %a.activation, "activation held: {}", a.held.as_deref().unwrap_or_default()),
+            Ok(a) => {
+                tracing::error!(activation = %a.activation, "activation held: {}", a.held.as_deref().unwrap_or_default())
+            }
             Err(e) => tracing::error!(activation = %hold.lease, "activation: {e}"),
         }
         Ok(r?)

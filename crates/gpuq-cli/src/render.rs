@@ -300,7 +300,10 @@ pub fn daos_status(v: &serde_json::Value) -> String {
     use std::fmt::Write;
     let mut o = String::new();
     let s = |x: &serde_json::Value| esc(x.as_str().unwrap_or("-"));
-    if let Some(h) = v["hold"].as_object().filter(|h| h.get("activating") == Some(&true.into())) {
+    if let Some(h) = v["hold"]
+        .as_object()
+        .filter(|h| h.get("activating") == Some(&true.into()))
+    {
         let _ = writeln!(
             o,
             "HELD: activation {} is not finished: {}\n  fix the cause, then run `sudo gpuq activate --execute --destroy-existing-data` again",
@@ -706,12 +709,19 @@ mod tests {
             held: Some("activation activation-1 did not complete on 1 node(s)".into()),
         };
         let text = activation(&held);
-        assert!(text.contains("da1:\n  stopped daos_server.service"), "{text}");
+        assert!(
+            text.contains("da1:\n  stopped daos_server.service"),
+            "{text}"
+        );
         assert!(!text.contains('\u{1b}'), "{text}");
-        assert!(text.contains("da3:\n  NOT COMPLETE: no answer within 16s"), "{text}");
+        assert!(
+            text.contains("da3:\n  NOT COMPLETE: no answer within 16s"),
+            "{text}"
+        );
         assert!(
             text.contains("HELD: activation activation-1 did not complete")
-                && text.contains("run `sudo gpuq activate --execute --destroy-existing-data` again"),
+                && text
+                    .contains("run `sudo gpuq activate --execute --destroy-existing-data` again"),
             "{text}"
         );
         let ok = SiteActivation {

@@ -551,7 +551,10 @@ mod tests {
             ("activation-1", "da3: no answer"),
             "a second run resumes the first"
         );
-        assert!(matches!(s.end_activation("activation-2"), Err(LeaseError::Held { .. })));
+        assert!(matches!(
+            s.end_activation("activation-2"),
+            Err(LeaseError::Held { .. })
+        ));
         s.end_activation("activation-1").unwrap();
         assert!(blocked_in(d.path()).unwrap().is_none());
     }
@@ -560,15 +563,33 @@ mod tests {
     fn an_activation_never_starts_over_or_ends_a_cleanup_hold() {
         let (d, s) = store();
         let mut l = s.create("L1", "job 7", "inst1", 10).unwrap();
-        s.hold(&mut l, Some(CleanupStep::Wipe), Some("da2"), "wipe failed", 11)
-            .unwrap();
+        s.hold(
+            &mut l,
+            Some(CleanupStep::Wipe),
+            Some("da2"),
+            "wipe failed",
+            11,
+        )
+        .unwrap();
         let before = std::fs::read(d.path().join("blocked.json")).unwrap();
-        assert!(matches!(s.begin_activation("activation-1", 12), Err(LeaseError::Busy { .. })));
+        assert!(matches!(
+            s.begin_activation("activation-1", 12),
+            Err(LeaseError::Busy { .. })
+        ));
         // Even with the lease pointer gone by hand, the cleanup hold stays.
         std::fs::remove_file(d.path().join("active.json")).unwrap();
-        assert!(matches!(s.begin_activation("activation-1", 12), Err(LeaseError::Held { .. })));
-        assert!(matches!(s.end_activation("L1"), Err(LeaseError::Held { .. })));
-        assert_eq!(std::fs::read(d.path().join("blocked.json")).unwrap(), before);
+        assert!(matches!(
+            s.begin_activation("activation-1", 12),
+            Err(LeaseError::Held { .. })
+        ));
+        assert!(matches!(
+            s.end_activation("L1"),
+            Err(LeaseError::Held { .. })
+        ));
+        assert_eq!(
+            std::fs::read(d.path().join("blocked.json")).unwrap(),
+            before
+        );
         // An older broker's record (no kind) is a cleanup hold.
         let old: Blocked = serde_json::from_str(
             r#"{"lease":"L0","reason":"r","since":1,"step":null,"node":null}"#,

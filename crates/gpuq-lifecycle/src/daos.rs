@@ -17,10 +17,10 @@ use gpuq_lease::{Lease, LeaseError, LeaseStore, Phase};
 use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
 use gpuq_podman::ImageId;
 use gpuq_protocol::node::ServerTls;
+use hyper::Method;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use hyper::Method;
 use thiserror::Error;
 
 /// Why a site's DAOS side cannot start.
@@ -535,17 +535,11 @@ impl Daos {
                 Some(Node::new(n.node.clone(), s.node_sock.clone()))
             })
             .collect();
-        let mut answers: std::collections::HashMap<String, _> = call_all::<T>(
-            &reachable,
-            deadline,
-            method,
-            path,
-            body,
-            Retry::Refused,
-        )
-        .await
-        .into_iter()
-        .collect();
+        let mut answers: std::collections::HashMap<String, _> =
+            call_all::<T>(&reachable, deadline, method, path, body, Retry::Refused)
+                .await
+                .into_iter()
+                .collect();
         up.nodes
             .into_iter()
             .map(|n| {
@@ -578,22 +572,22 @@ impl Daos {
             None,
         )
         .await
-            .into_iter()
-            .map(|(node, asked)| match asked {
-                Asked::Answer(p) if p.node == node => NodePlan {
-                    node,
-                    plan: Some(p),
-                    error: None,
-                },
-                // The link checked the helper's name when it came up.
-                Asked::Answer(p) => {
-                    let why = format!("the node helper answered as {:?}", p.node);
-                    failed(node, why)
-                }
-                Asked::LinkDown(e) => failed(node, format!("link: {e}")),
-                Asked::Failed(e) => failed(node, e),
-            })
-            .collect()
+        .into_iter()
+        .map(|(node, asked)| match asked {
+            Asked::Answer(p) if p.node == node => NodePlan {
+                node,
+                plan: Some(p),
+                error: None,
+            },
+            // The link checked the helper's name when it came up.
+            Asked::Answer(p) => {
+                let why = format!("the node helper answered as {:?}", p.node);
+                failed(node, why)
+            }
+            Asked::LinkDown(e) => failed(node, format!("link: {e}")),
+            Asked::Failed(e) => failed(node, e),
+        })
+        .collect()
     }
 
     /// `gpuq activate --execute`, first step: the activation's hold,
@@ -620,7 +614,9 @@ impl Daos {
         &self,
         hold: &gpuq_lease::Blocked,
     ) -> Result<gpuq_protocol::node::SiteActivation, DaosError> {
-        use gpuq_protocol::node::{ActivationReport, ActivationRequest, NodeActivation, SiteActivation};
+        use gpuq_protocol::node::{
+            ActivationReport, ActivationRequest, NodeActivation, SiteActivation,
+        };
         let in_lease = |source| DaosError::Lease {
             lease: hold.lease.clone(),
             source,
@@ -636,15 +632,22 @@ impl Daos {
             error: Some(why),
         };
         let nodes: Vec<NodeActivation> = self
-            .ask_all::<ActivationReport>(deadline, Method::POST, "/v1/activation/execute", Some(body))
+            .ask_all::<ActivationReport>(
+                deadline,
+                Method::POST,
+                "/v1/activation/execute",
+                Some(body),
+            )
             .await
             .into_iter()
             .map(|(node, asked)| match asked {
-                Asked::Answer(r) if r.node == node && r.activation == hold.lease => NodeActivation {
-                    node,
-                    report: Some(r),
-                    error: None,
-                },
+                Asked::Answer(r) if r.node == node && r.activation == hold.lease => {
+                    NodeActivation {
+                        node,
+                        report: Some(r),
+                        error: None,
+                    }
+                }
                 Asked::Answer(r) => {
                     let why = format!(
                         "the node helper answered as {:?} for activation {:?}",

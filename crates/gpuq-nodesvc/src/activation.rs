@@ -419,9 +419,7 @@ pub async fn execute<P: gpuq_podman::Podman>(
             }
             Err(e) => {
                 audit("unit", "failed", &e)?;
-                return Err(NodeError::Failed(format!(
-                    "{e}; no device was touched"
-                )));
+                return Err(NodeError::Failed(format!("{e}; no device was touched")));
             }
         }
     }
@@ -473,11 +471,13 @@ pub async fn execute<P: gpuq_podman::Podman>(
             }
         );
         audit("wipe", "failed", &msg)?;
-        return Err(if report.result == gpuq_blockdev::report::NodeResult::Refused {
-            NodeError::Refused(msg)
-        } else {
-            NodeError::Failed(msg)
-        });
+        return Err(
+            if report.result == gpuq_blockdev::report::NodeResult::Refused {
+                NodeError::Refused(msg)
+            } else {
+                NodeError::Failed(msg)
+            },
+        );
     }
     let mut devices = Vec::new();
     for d in &report.devices {
@@ -512,7 +512,10 @@ pub async fn execute<P: gpuq_podman::Podman>(
     audit(
         "wipe",
         "ok",
-        &format!("discarded {} device(s) (audit reason activation)", devices.len()),
+        &format!(
+            "discarded {} device(s) (audit reason activation)",
+            devices.len()
+        ),
     )?;
     // 4. The claim: from now on physical mode may use exactly these.
     let claim = Claim {
@@ -551,7 +554,10 @@ fn inspect_devices(cfg: &ServiceConfig) -> Result<Vec<LeaseDevice>, NodeError> {
         },
     )
     .map_err(|e| NodeError::Failed(e.to_string()))?;
-    Ok(r.devices.iter().filter_map(crate::claim::device_of).collect())
+    Ok(r.devices
+        .iter()
+        .filter_map(crate::claim::device_of)
+        .collect())
 }
 
 /// Stop each unit and disable its start at boot; confirmed by systemd's

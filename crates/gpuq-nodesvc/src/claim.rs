@@ -82,7 +82,13 @@ pub fn unclaimed(jobs_dir: &Path, devices: &[LeaseDevice]) -> Vec<String> {
         Ok(Some(c)) => devices
             .iter()
             .filter(|d| !c.covers(d))
-            .map(|d| format!("{} is not claimed (claim of {}); {how}", label(d), c.activation))
+            .map(|d| {
+                format!(
+                    "{} is not claimed (claim of {}); {how}",
+                    label(d),
+                    c.activation
+                )
+            })
             .collect(),
     }
 }

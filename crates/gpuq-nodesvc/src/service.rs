@@ -220,7 +220,10 @@ impl<P: Podman> NodeService<P> {
         }
     }
 
-    pub(crate) async fn our_containers(&self, lease: Option<&str>) -> Result<Vec<OurContainer>, NodeError> {
+    pub(crate) async fn our_containers(
+        &self,
+        lease: Option<&str>,
+    ) -> Result<Vec<OurContainer>, NodeError> {
         let filter = match lease {
             Some(l) => LabelFilter::lease(l),
             None => LabelFilter::ours(),

@@ -637,7 +637,8 @@ async fn an_unclaimed_device_is_refused_by_preflight_and_start_and_nothing_is_to
     let svc = site.helper("inst1", "physical", &[&dev]).await;
     let e = svc.start("L8", &req("inst1")).await.unwrap_err();
     assert!(
-        e.to_string().contains("is not claimed (claim of activation-other)")
+        e.to_string()
+            .contains("is not claimed (claim of activation-other)")
             && e.to_string().contains(&dev.backing.display().to_string()),
         "{e}"
     );
@@ -665,7 +666,10 @@ async fn an_activation_discards_what_the_site_had_audits_and_claims_and_a_repeat
         done.contains(&format!("discarded {}", with_fs.dev_str())) && done.contains("ext4"),
         "{done}"
     );
-    assert!(done.contains(&format!("discarded {}", plain.dev_str())), "{done}");
+    assert!(
+        done.contains(&format!("discarded {}", plain.dev_str())),
+        "{done}"
+    );
     assert!(done.contains("claimed 2 device(s)"), "{done}");
     // Both discarded: the ext4 and the pattern are gone.
     assert!(with_fs.head_is_zero(MIB as usize) && plain.head_is_zero(MIB as usize));
@@ -677,12 +681,16 @@ async fn an_activation_discards_what_the_site_had_audits_and_claims_and_a_repeat
         assert_eq!(v["lease"], "activation-7", "{v}");
         assert_eq!(v["result"], "wiped", "{v}");
     }
-    assert!(recs.iter().any(|v| v.to_string().contains("ext4")), "{recs:?}");
+    assert!(
+        recs.iter().any(|v| v.to_string().contains("ext4")),
+        "{recs:?}"
+    );
     // The claim: durable, root only, naming both by identity and size.
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(site.jobs("claim.json")).unwrap();
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    let claim: Value = serde_json::from_slice(&std::fs::read(site.jobs("claim.json")).unwrap()).unwrap();
+    let claim: Value =
+        serde_json::from_slice(&std::fs::read(site.jobs("claim.json")).unwrap()).unwrap();
     assert_eq!(claim["activation"], "activation-7");
     let files: Vec<&str> = claim["devices"]
         .as_array()
@@ -705,13 +713,22 @@ async fn an_activation_discards_what_the_site_had_audits_and_claims_and_a_repeat
     let again = activate(&svc, "activation-8").await;
     assert!(again.already_claimed, "{again:?}");
     assert!(again.done[0].contains("already claimed by activation activation-7"));
-    assert_eq!(content(&plain), before, "a claimed node was discarded again");
+    assert_eq!(
+        content(&plain),
+        before,
+        "a claimed node was discarded again"
+    );
     assert_eq!(std::fs::read(site.jobs("claim.json")).unwrap(), claim_bytes);
-    assert!(!site.jobs("activation-8").exists(), "nothing of a no-op is written");
+    assert!(
+        !site.jobs("activation-8").exists(),
+        "nothing of a no-op is written"
+    );
     // And the plan says so.
     let plan = gpuq_nodesvc::activation::plan(svc.config()).await;
     assert!(
-        plan.steps.len() == 1 && plan.steps[0].contains("already claimed") && plan.refusals.is_empty(),
+        plan.steps.len() == 1
+            && plan.steps[0].contains("already claimed")
+            && plan.refusals.is_empty(),
         "{:?}",
         plan.steps
     );
@@ -741,7 +758,9 @@ async fn an_activation_that_would_refuse_anywhere_discards_nothing_and_claims_no
     let mut mounted = LoopDev::new(64 * MIB);
     mounted.mkfs("mkfs.ext4", &["-q", "-F"]);
     let mp = mounted.mount();
-    let svc = site.helper("inst1", "physical", &[&with_fs, &mounted]).await;
+    let svc = site
+        .helper("inst1", "physical", &[&with_fs, &mounted])
+        .await;
     let before = (with_fs.edge_hash(), mounted.edge_hash());
     let e = gpuq_nodesvc::activation::execute(
         &svc,

@@ -178,8 +178,24 @@ start_broker
 mark broker-start-links-up
 ok broker-start
 
+stats() { echo "$ALLOW" | while read -r n s p i; do d=$(dev_of "$s" "$i"); echo "$n $d $(awk '{print $5, $7, $12, $14}' "/sys/block/$(basename "$d")/stat")"; done; }
 if [ "$ALL" = 1 ]; then
+  # --- before any activation, physical mode refuses (#17 item 2) ----------------
+  before=$(stats)
+  idu=$(cd /root && gq submit --inst inst1 -- touch /root/unclaimed-ran) || fail unclaimed "submit"
+  wait_state "$idu" failed 300
+  ju=$(gq status "$idu" --json)
+  [ "$(printf '%s\n' "$ju" | grep -o 'da[1-4]: unclaimed' | sort -u | wc -l)" = 4 ] \
+    || fail unclaimed "not every node refused as unclaimed: $ju"
+  [ ! -e /root/unclaimed-ran ] || fail unclaimed "the job ran"
+  [ "$(stats)" = "$before" ] || fail unclaimed "device counters moved: $before -> $(stats)"
+  wait_released unclaimed 60
+  ok an-unclaimed-site-refuses-a-physical-job-and-touches-no-device
+  mark unclaimed
+
   # --- gpuq activate: the plan (#17 item 1) ------------------------------------
+  # What the site had before gpuq: an ext4 on da2's namespace.
+  mkfs.ext4 -q -F "$(dev_of SN-SITE-0002 1)" || fail activate-plan "mkfs.ext4"
   # A pre-existing DAOS service, as a site has one before gpuq: a unit named
   # daos_server.service (here a sleep), enabled and running under systemd.
   printf '[Unit]\nDescription=stand-in for a site DAOS server\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n' \
@@ -187,7 +203,6 @@ if [ "$ALL" = 1 ]; then
   systemctl daemon-reload
   systemctl enable --now -q daos_server.service || fail activate-plan "cannot start the stand-in daos_server.service"
   unit_pid=$(systemctl show -p MainPID --value daos_server.service)
-  stats() { echo "$ALLOW" | while read -r n s p i; do d=$(dev_of "$s" "$i"); echo "$n $d $(cat "/sys/block/$(basename "$d")/stat" | awk '{print $5, $7, $12, $14}')"; done; }
   before=$(stats)
   rc=0; plan=$(gq activate --json) || rc=$?
   [ "$rc" = 0 ] || fail activate-plan "gpuq activate exited $rc: $plan"
@@ -208,11 +223,51 @@ if [ "$ALL" = 1 ]; then
   systemctl is-active -q daos_server.service && systemctl is-enabled -q daos_server.service \
     || fail activate-plan "the plan changed the unit"
   [ ! -e $state_dir/active.json ] || fail activate-plan "a plan made a lease"
+  printf '%s\n' "$plan" | grep -q '"ext4 superblock' || fail activate-plan "da2's ext4 is not in the plan: $plan"
   ok activate-plan-shows-devices-and-the-running-unit-and-changes-nothing
+  mark activate-plan
+
+  # --- gpuq activate --execute (#17 item 2) -------------------------------------
+  rc=0; done_json=$(gq activate --execute --destroy-existing-data --json) || rc=$?
+  [ "$rc" = 0 ] || fail activate-execute "gpuq activate --execute exited $rc: $done_json"
+  printf '%s\n' "$done_json" | grep -q '"held"' && fail activate-execute "held: $done_json"
+  # The unit: stopped and disabled by systemd (asked over D-Bus by each node).
+  ! systemctl is-active -q daos_server.service || fail activate-execute "daos_server.service still active"
+  [ "$(systemctl is-enabled daos_server.service 2>/dev/null)" = disabled ] \
+    || fail activate-execute "daos_server.service is $(systemctl is-enabled daos_server.service 2>&1), not disabled"
+  ! kill -0 "$unit_pid" 2>/dev/null || fail activate-execute "the unit's process $unit_pid still runs"
+  # Every allowlisted namespace discarded (one more discard each) and zero;
+  # the ext4 gone; the namespace on no allowlist untouched.
+  after=$(stats)
+  echo "$ALLOW" | while read -r n s p i; do
+    d=$(dev_of "$s" "$i")
+    b=$(printf '%s\n' "$before" | awk -v d="$d" '$2 == d {print $5}')
+    a=$(printf '%s\n' "$after" | awk -v d="$d" '$2 == d {print $5}')
+    [ "$a" -gt "$b" ] || fail activate-execute "$n $d: discards $b -> $a"
+    zero_range "$d" 0 $((8 << 20)) || fail activate-execute "$n $d is not zero after the activation"
+  done
+  [ -z "$(blkid -p "$(dev_of SN-SITE-0002 1)" 2>/dev/null)" ] || fail activate-execute "da2's ext4 survived"
+  zero_range "$BYSTANDER" 0 $((8 << 20)) || fail activate-execute "$BYSTANDER was written"
+  # Claims and audit records on every node.
+  for n in da1 da2 da3 da4; do
+    [ "$(stat -c %a "$D/$n/jobs/claim.json" 2>/dev/null)" = 600 ] || fail activate-execute "$n has no root-only claim"
+    grep -q '"activation": "activation-' "$D/$n/jobs/claim.json" || fail activate-execute "$n: $(cat "$D/$n/jobs/claim.json")"
+    grep -qs '"reason": "activation"' "$D/$n"/jobs/activation-*/wipe-*.json || fail activate-execute "$n has no activation audit record"
+  done
+  grep -qs 'ext4' "$D/da2"/jobs/activation-*/wipe-*.json || fail activate-execute "da2's audit does not name the ext4 it destroyed"
+  [ "$(grep -c 'SN-SITE-000' "$D/da4/jobs/claim.json")" = 2 ] || fail activate-execute "da4 does not claim both namespaces: $(cat "$D/da4/jobs/claim.json")"
+  [ ! -e $state_dir/blocked.json ] || fail activate-execute "the hold stayed: $(cat $state_dir/blocked.json)"
+  ok activate-execute-stops-and-disables-the-unit-discards-and-claims-every-node
   systemctl disable --now -q daos_server.service
   rm -f /etc/systemd/system/daos_server.service
   systemctl daemon-reload
-  mark activate-plan
+  mark activate-execute
+else
+  rc=0; done_json=$(gq activate --execute --destroy-existing-data --json) || rc=$?
+  [ "$rc" = 0 ] || fail activate-execute "gpuq activate --execute exited $rc: $done_json"
+  for n in da1 da2 da3 da4; do [ -e "$D/$n/jobs/claim.json" ] || fail activate-execute "$n not claimed"; done
+  ok activate-execute
+  mark activate-execute
 fi
 
 getent group 61001 >/dev/null || groupadd -g 61001 alice
