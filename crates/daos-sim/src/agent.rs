@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{AgentConfig, DEFAULT_PORT};
 use crate::dmg::{print_envelope, system_call, Args};
 use crate::error::{SimError, DER_INVAL};
-use crate::model::{ContCreateResp, ContWriteResp, DmgResponse};
+use crate::model::{ContCreateResp, ContReadResp, ContWriteResp, DmgResponse};
 use crate::proto::{Reply, Request, Wire};
 use crate::tls::{Role, Transport};
 
@@ -157,6 +157,11 @@ enum AgentRequest {
         cont: String,
         data: String,
     },
+    /// `daos filesystem copy --src daos://…`: sent on like `ContCreate`.
+    ContRead {
+        pool: String,
+        cont: String,
+    },
 }
 
 fn serve(conn: UnixStream, info: &AttachInfo, tp: &Transport) {
@@ -167,8 +172,13 @@ fn serve(conn: UnixStream, info: &AttachInfo, tp: &Transport) {
     }
     let mut out = match serde_json::from_str::<AgentRequest>(&line) {
         Ok(AgentRequest::GetAttachInfo) => serde_json::to_vec(info).unwrap_or_default(),
-        Ok(r @ (AgentRequest::ContCreate { .. } | AgentRequest::ContWrite { .. })) => {
+        Ok(
+            r @ (AgentRequest::ContCreate { .. }
+            | AgentRequest::ContWrite { .. }
+            | AgentRequest::ContRead { .. }),
+        ) => {
             let req = match r {
+                AgentRequest::ContRead { pool, cont } => Request::ContRead { pool, cont },
                 AgentRequest::ContWrite { pool, cont, data } => {
                     Request::ContWrite { pool, cont, data }
                 }
@@ -257,7 +267,7 @@ pub fn daos_main(argv: &[String]) -> i32 {
         }
     };
     if args.has(&["h", "help"]) || args.pos.is_empty() {
-        println!("Usage: daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX\n       daos [-G SYSTEM] [-j] filesystem copy --src FILE --dst daos://POOL/CONT\n\ndaos-sim: DAOS control-plane simulator for tests; not DAOS.");
+        println!("Usage: daos [-G SYSTEM] [-j] container create POOL LABEL --type=POSIX\n       daos [-G SYSTEM] [-j] filesystem copy --src FILE --dst daos://POOL/CONT\n       daos [-G SYSTEM] [-j] filesystem copy --src daos://POOL/CONT --dst FILE\n\ndaos-sim: DAOS control-plane simulator for tests; not DAOS.");
         return if args.pos.is_empty() && !args.has(&["h", "help"]) {
             1
         } else {
@@ -269,6 +279,33 @@ pub fn daos_main(argv: &[String]) -> i32 {
         args.pos.first().map(String::as_str),
         Some("filesystem" | "fs")
     ) {
+        if args
+            .get(&["src"])
+            .is_some_and(|s| s.starts_with("daos://"))
+        {
+            return match fs_copy_out(&args) {
+                Ok(resp) => {
+                    if json {
+                        print_envelope(Some(DmgResponse::ContRead(resp)), None);
+                    } else {
+                        println!(
+                            "Successfully copied from DAOS: {} bytes, the same on every bdev of ranks {:?}",
+                            resp.data.len(),
+                            resp.ranks
+                        );
+                    }
+                    0
+                }
+                Err(e) => {
+                    if json {
+                        print_envelope(None, Some(&e));
+                    } else {
+                        eprintln!("ERROR: daos: {e}");
+                    }
+                    1
+                }
+            };
+        }
         return match fs_copy(&args) {
             Ok(resp) => {
                 if json {
@@ -312,6 +349,61 @@ pub fn daos_main(argv: &[String]) -> i32 {
             1
         }
     }
+}
+
+/// `POOL` and `CONT` of `daos://POOL/CONT[/PATH]`.
+fn daos_path(what: &str, v: &str) -> Result<(String, String), SimError> {
+    v.strip_prefix("daos://")
+        .and_then(|r| {
+            let mut it = r.splitn(3, '/');
+            Some((it.next()?.to_string(), it.next()?.to_string()))
+        })
+        .filter(|(p, c)| !p.is_empty() && !c.is_empty())
+        .ok_or_else(|| SimError::Usage(format!("{what} {v:?}: expected daos://POOL/CONT")))
+}
+
+/// `daos filesystem copy --src daos://POOL/CONT --dst FILE`: everything
+/// copied into the container, read back through the servers (every rank
+/// of the pool must hold the same), written to FILE (created, not
+/// replaced).
+fn fs_copy_out(args: &Args) -> Result<ContReadResp, SimError> {
+    let (pool, cont) = daos_path("--src", args.get(&["src"]).unwrap_or_default())?;
+    let dst = args
+        .get(&["dst"])
+        .ok_or_else(|| SimError::Usage("filesystem copy needs --dst FILE".into()))?;
+    let info = attach_info()?;
+    let system = args.get(&["G", "sys-name"]).unwrap_or("daos_server");
+    if system != info.system {
+        return Err(SimError::remote(
+            format!(
+                "DER_INVAL(-1003): Invalid parameters: system {system:?} is not the agent's system {:?}",
+                info.system
+            ),
+            DER_INVAL,
+        ));
+    }
+    let mut req = serde_json::to_vec(&serde_json::json!({
+        "op": "cont_read", "pool": pool, "cont": cont,
+    }))
+    .unwrap_or_default();
+    req.push(b'\n');
+    let line = agent_call(&req, Duration::from_secs(35))?;
+    let proto = |e: serde_json::Error| SimError::Protocol {
+        peer: "daos_agent".into(),
+        msg: e.to_string(),
+    };
+    let resp: ContReadResp = match serde_json::from_str::<Reply>(&line).map_err(proto)? {
+        Reply::Ok(v) => serde_json::from_value(v).map_err(proto)?,
+        Reply::Err { msg, status } => return Err(SimError::remote(msg, status)),
+    };
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dst)
+        .and_then(|mut f| f.write_all(resp.data.as_bytes()))
+        .map_err(|e| SimError::io(format!("write {dst}"), e))?;
+    Ok(resp)
 }
 
 /// `daos filesystem copy --src FILE --dst daos://POOL/CONT[/PATH]`: the

@@ -29,6 +29,7 @@ pub enum DmgResponse {
     PoolCreate(PoolCreateResp),
     ContCreate(ContCreateResp),
     ContWrite(ContWriteResp),
+    ContRead(ContReadResp),
 }
 
 /// One `members[]` entry of `dmg system query -j`.
@@ -144,6 +145,17 @@ pub struct ContWriteResp {
     pub container_uuid: String,
     pub bytes: u64,
     pub offset: u64,
+    pub ranks: Vec<u32>,
+}
+
+/// `daos filesystem copy --src daos://POOL/CONT -j` response (the
+/// simulator's own shape): what the container holds, read back from every
+/// bdev of each of its pool's ranks (they agreed).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ContReadResp {
+    pub pool_uuid: String,
+    pub container_uuid: String,
+    pub data: String,
     pub ranks: Vec<u32>,
 }
 

@@ -54,6 +54,12 @@ pub enum Request {
     /// MS → server: write `data` at byte `offset` of every bdev of this
     /// engine (the simulator's on-disk layout, docs/daos-sim.md).
     BdevWrite { offset: u64, data: String },
+    /// daos (through the agent) → any server (forwarded to the MS): what
+    /// a container holds (`daos filesystem copy --src daos://POOL/CONT`).
+    ContRead { pool: String, cont: String },
+    /// MS → server: `len` bytes at `offset` of every bdev of this engine,
+    /// which must all hold the same.
+    BdevRead { offset: u64, len: u64 },
 }
 
 impl Request {
@@ -70,6 +76,8 @@ impl Request {
             Request::MemberState { .. } => "ClusterEvent",
             Request::ContWrite { .. } => "ContWrite",
             Request::BdevWrite { .. } => "BdevWrite",
+            Request::ContRead { .. } => "ContRead",
+            Request::BdevRead { .. } => "BdevRead",
         }
     }
 
@@ -82,6 +90,7 @@ impl Request {
                 | Request::PoolCreate { .. }
                 | Request::ContCreate { .. }
                 | Request::ContWrite { .. }
+                | Request::ContRead { .. }
                 | Request::Join(_)
                 | Request::MemberState { .. }
         )

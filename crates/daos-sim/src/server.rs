@@ -34,7 +34,7 @@ use crate::config::{resolve, ServerConfig};
 use crate::error::{SimError, DER_EXIST, DER_INVAL, DER_MISC, DER_NONEXIST, DER_NOSPACE};
 use crate::faults::FaultSource;
 use crate::model::{
-    new_uuid, now_rfc3339, ContCreateResp, ContWriteResp, HostStorage, Member, NvmeResult,
+    new_uuid, now_rfc3339, ContCreateResp, ContReadResp, ContWriteResp, HostStorage, Member, NvmeResult,
     PoolCreateResp, RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
 };
 use crate::proto::{call, JoinReq, JoinResp, Reply, Request, Wire};
@@ -102,6 +102,9 @@ struct Container {
     uuid: String,
     label: String,
     kind: String,
+    /// (offset, bytes) of each data extent written into it, in order.
+    #[serde(default)]
+    extents: Vec<(u64, u64)>,
 }
 
 #[derive(Debug)]
@@ -444,6 +447,7 @@ impl Server {
             Request::ContWrite { pool, cont, data } => {
                 to_value(&self.ms_cont_write(&pool, &cont, data)?)
             }
+            Request::ContRead { pool, cont } => to_value(&self.ms_cont_read(&pool, &cont)?),
             Request::ContCreate { pool, label, kind } => {
                 let (resp, n, ranks) = self.ms_cont_create(pool, label, kind)?;
                 let rec = record(
@@ -454,7 +458,10 @@ impl Server {
                 self.ms_write_ranks(&ranks, layout::CONTAINERS + n * layout::RECORD, &rec)?;
                 to_value(&resp)
             }
-            Request::Format | Request::EngineStop { .. } | Request::BdevWrite { .. } => Err(
+            Request::Format
+            | Request::EngineStop { .. }
+            | Request::BdevWrite { .. }
+            | Request::BdevRead { .. } => Err(
                 SimError::remote("not a management service request", DER_INVAL),
             ),
         }
@@ -498,6 +505,7 @@ impl Server {
                 uuid: new_uuid(),
                 label: label.clone(),
                 kind: kind.clone(),
+                extents: Vec::new(),
             };
             if n >= layout::MAX_CONTAINERS {
                 return Err(SimError::remote(
@@ -544,6 +552,52 @@ impl Server {
             let n = db.extents;
             let p = db
                 .pools
+                .iter_mut()
+                .find(|p| p.label == pool || p.uuid == pool)
+                .ok_or_else(|| {
+                    SimError::remote(
+                        format!("pool {pool:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
+                        DER_NONEXIST,
+                    )
+                })?;
+            let (pool_uuid, ranks) = (p.uuid.clone(), p.tgt_ranks.clone());
+            let c = p
+                .containers
+                .iter_mut()
+                .find(|c| c.label == cont || c.uuid == cont)
+                .ok_or_else(|| {
+                    SimError::remote(
+                        format!("container {cont:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
+                        DER_NONEXIST,
+                    )
+                })?;
+            let resp = ContWriteResp {
+                pool_uuid,
+                container_uuid: c.uuid.clone(),
+                bytes: data.len() as u64,
+                offset: layout::DATA + n * layout::EXTENT,
+                ranks: ranks.clone(),
+            };
+            c.extents.push((resp.offset, resp.bytes));
+            db.extents += 1;
+            self.save_db(db);
+            (resp, ranks)
+        };
+        self.ms_write_ranks(&ranks, resp.offset, &data)?;
+        Ok(resp)
+    }
+
+    /// `daos filesystem copy --src daos://POOL/CONT` on the MS: every extent
+    /// written into the container, read back from every rank of the pool;
+    /// the ranks must agree byte for byte.
+    fn ms_cont_read(&self, pool: &str, cont: &str) -> Result<ContReadResp, SimError> {
+        let (pool_uuid, container_uuid, extents, targets) = {
+            let g = lock(&self.db);
+            let db = g
+                .as_ref()
+                .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
+            let p = db
+                .pools
                 .iter()
                 .find(|p| p.label == pool || p.uuid == pool)
                 .ok_or_else(|| {
@@ -562,20 +616,52 @@ impl Server {
                         DER_NONEXIST,
                     )
                 })?;
-            let resp = ContWriteResp {
-                pool_uuid: p.uuid.clone(),
-                container_uuid: c.uuid.clone(),
-                bytes: data.len() as u64,
-                offset: layout::DATA + n * layout::EXTENT,
-                ranks: p.tgt_ranks.clone(),
-            };
-            let ranks = p.tgt_ranks.clone();
-            db.extents += 1;
-            self.save_db(db);
-            (resp, ranks)
+            let targets: Vec<(u32, String)> = db
+                .members
+                .iter()
+                .filter(|m| p.tgt_ranks.contains(&m.rank))
+                .map(|m| (m.rank, m.addr.clone()))
+                .collect();
+            (p.uuid.clone(), c.uuid.clone(), c.extents.clone(), targets)
         };
-        self.ms_write_ranks(&ranks, resp.offset, &data)?;
-        Ok(resp)
+        let mut data = String::new();
+        for (offset, len) in extents {
+            let mut agreed: Option<String> = None;
+            for (rank, addr) in &targets {
+                let wire = self.wire(Request::BdevRead { offset, len });
+                let got = resolve(addr, 0)
+                    .and_then(|a| call(a, &wire, Duration::from_secs(30), &self.transport))
+                    .and_then(|v| {
+                        serde_json::from_value::<String>(v).map_err(|e| SimError::Protocol {
+                            peer: addr.clone(),
+                            msg: e.to_string(),
+                        })
+                    })
+                    .map_err(|e| {
+                        SimError::remote(
+                            format!("rank {rank} ({addr}): bdev read failed: {e}"),
+                            DER_MISC,
+                        )
+                    })?;
+                match &agreed {
+                    Some(a) if *a != got => {
+                        return Err(SimError::remote(
+                            format!("rank {rank} holds other bytes at offset {offset} than the ranks before it"),
+                            DER_MISC,
+                        ))
+                    }
+                    Some(_) => {}
+                    None => agreed = Some(got),
+                }
+            }
+            data.push_str(&agreed.unwrap_or_default());
+        }
+        Ok(ContReadResp {
+            pool_uuid,
+            container_uuid,
+            data,
+            ranks: targets.iter().map(|(r, _)| *r).collect(),
+        })
     }
 
     /// Has each of `ranks` write `data` at `offset` of its bdevs.
@@ -635,6 +721,51 @@ impl Server {
             written.join(", ")
         ));
         Ok(serde_json::json!(written))
+    }
+
+    /// On a rank: `len` bytes at `offset` of every bdev of its engine, as
+    /// text; every bdev must hold the same. Only after a format.
+    fn bdev_read(&self, offset: u64, len: u64) -> Result<serde_json::Value, SimError> {
+        use std::os::unix::fs::FileExt;
+        if lock(&self.local).sb.is_none() {
+            return Err(SimError::remote(ERR_UNINITIALIZED, DER_MISC));
+        }
+        if len > layout::EXTENT {
+            return Err(SimError::remote(
+                format!("DER_INVAL(-1003): Invalid parameters: {len} bytes; an extent is at most {}", layout::EXTENT),
+                DER_INVAL,
+            ));
+        }
+        let mut agreed: Option<Vec<u8>> = None;
+        for tier in &self.cfg.engines[0].storage {
+            for dev in &tier.bdev_list {
+                let paths = match tier.class.as_str() {
+                    "nvme" => nvme_namespaces(Path::new("/sys"), dev)?,
+                    "file" => vec![PathBuf::from(dev)],
+                    _ => continue,
+                };
+                for path in paths {
+                    let io = |e| SimError::io(format!("read {len} bytes at {offset} of {}", path.display()), e);
+                    let f = std::fs::File::open(&path).map_err(io)?;
+                    let mut buf = vec![0u8; len as usize];
+                    f.read_exact_at(&mut buf, offset).map_err(io)?;
+                    match &agreed {
+                        Some(a) if *a != buf => {
+                            return Err(SimError::remote(
+                                format!("{} holds other bytes at offset {offset} than this engine's other bdevs", path.display()),
+                                DER_MISC,
+                            ))
+                        }
+                        Some(_) => {}
+                        None => agreed = Some(buf),
+                    }
+                }
+            }
+        }
+        let bytes = agreed.unwrap_or_default();
+        String::from_utf8(bytes)
+            .map(serde_json::Value::String)
+            .map_err(|_| SimError::remote("the extent is not the text that was written", DER_MISC))
     }
 
     /// Stands in for SWIM: a `joined` rank whose control port no longer
@@ -994,6 +1125,7 @@ impl Server {
             }
             Request::EngineStop { force } => Ok(serde_json::Value::String(self.engine_stop(force))),
             Request::BdevWrite { offset, data } => self.bdev_write(offset, &data),
+            Request::BdevRead { offset, len } => self.bdev_read(offset, len),
             req if self.is_ms => self.ms_handle(req),
             req => {
                 // Forward to the MS; system stop may wait for slow ranks.
@@ -1023,11 +1155,12 @@ pub fn authorized(req: &Request, comp: Component) -> bool {
                     | Request::SystemStop { .. }
                     | Request::PoolCreate { .. }
                     | Request::ContCreate { .. }
-                    | Request::ContWrite { .. },
+                    | Request::ContWrite { .. }
+                    | Request::ContRead { .. },
                 Component::Admin,
             )
             | (
-                Request::ContCreate { .. } | Request::ContWrite { .. },
+                Request::ContCreate { .. } | Request::ContWrite { .. } | Request::ContRead { .. },
                 Component::Agent
             )
     )

@@ -337,6 +337,60 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
             );
         }
     }
+    // Read back (`--src daos://…`): both copies, in order, as every rank
+    // holds them; into a new file only.
+    let read = |src: &str, dst: &std::path::Path| {
+        c.run_env(
+            "daos",
+            &[
+                "-j",
+                "filesystem",
+                "copy",
+                "--src",
+                src,
+                "--dst",
+                dst.to_str().unwrap(),
+            ],
+            &env,
+        )
+    };
+    let back = c.tmp.path().join("back");
+    let out = read("daos://tank/c1", &back);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    envelope_ok(&v, out.status.code().unwrap());
+    assert_eq!(v["response"]["ranks"], serde_json::json!([0, 1, 2, 3]));
+    assert_eq!(
+        fs::read_to_string(&back).unwrap(),
+        "gpuq payload: known bytes at a known offset\n".repeat(2)
+    );
+    let out = read("daos://tank/c1", &back);
+    assert!(!out.status.success(), "an existing file was replaced");
+    // An empty container reads back as nothing.
+    let empty = c.tmp.path().join("empty");
+    let out = read("daos://tank/c2", &empty);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(fs::read_to_string(&empty).unwrap(), "");
+    // A rank whose bdev holds other bytes than the others: the read fails
+    // naming it, rather than returning one rank's bytes.
+    {
+        use std::os::unix::fs::FileExt;
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&c.servers[2].bdev)
+            .unwrap()
+            .write_all_at(b"X", offsets[0])
+            .unwrap();
+    }
+    let out = read("daos://tank/c1", &c.tmp.path().join("back2"));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !out.status.success() && all.contains("other bytes"),
+        "{all}"
+    );
     for (dst, want) in [
         ("daos://tank/nope", "DER_NONEXIST"),
         ("tank/c1", "daos://POOL/CONT"),

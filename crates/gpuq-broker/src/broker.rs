@@ -1397,6 +1397,58 @@ impl Broker {
         Ok(r?)
     }
 
+    /// `gpuq e2e` (root), before it submits: whether the maintenance lock
+    /// is held (it runs only under it) and the profiles it may use.
+    pub fn e2e_start(&self, peer: &Peer) -> Result<gpuq_protocol::node::E2eStart, ApiError> {
+        let daos = self.e2e_daos(peer)?;
+        Ok(gpuq_protocol::node::E2eStart {
+            locked: self.lock_state().is_some(),
+            profiles: daos.config().profiles.keys().cloned().collect(),
+        })
+    }
+
+    /// `gpuq e2e` (root): the evidence of a lease (`lease`), or of the
+    /// newest lease of job `job`, on this host and every node. Read-only.
+    pub async fn e2e_report(
+        &self,
+        peer: &Peer,
+        lease: Option<&str>,
+        job: Option<u64>,
+    ) -> Result<gpuq_protocol::node::E2eReport, ApiError> {
+        let daos = self.e2e_daos(peer)?;
+        let lease = match (lease, job) {
+            (Some(l), _) => {
+                if !gpuq_protocol::node::valid_lease(l) {
+                    return Err(ApiError::BadRequest(format!(
+                        "lease name '{l}' is not valid: 1-64 letters, digits, - and _"
+                    )));
+                }
+                l.to_string()
+            }
+            (None, Some(id)) => daos.leases_of_job(id).into_iter().next().ok_or_else(|| {
+                ApiError::NotFound(format!("job {id} has no DAOS lease (was it a --inst job?)"))
+            })?,
+            (None, None) => return Err(ApiError::BadRequest("a lease or a job is needed".into())),
+        };
+        if !daos.has_lease(&lease) {
+            return Err(ApiError::NotFound(format!(
+                "no lease {lease} in the broker's records (`gpuq daos-status`)"
+            )));
+        }
+        Ok(daos.e2e(&lease).await?)
+    }
+
+    fn e2e_daos(&self, peer: &Peer) -> Result<Arc<Daos>, ApiError> {
+        if !peer.is_root() {
+            return Err(ApiError::Forbidden(
+                "only root may run the end-to-end verification: run `sudo gpuq e2e`".into(),
+            ));
+        }
+        self.daos
+            .clone()
+            .ok_or_else(|| ApiError::NotEnabled(self.cfg.daos_off("nothing to verify")))
+    }
+
     /// `gpuq verify-pins` (root).
     pub async fn verify_pins(&self, peer: &Peer) -> Result<serde_json::Value, ApiError> {
         if !peer.is_root() {

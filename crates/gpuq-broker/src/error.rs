@@ -16,6 +16,9 @@ pub enum ApiError {
     NoSuchJob(JobId),
     #[error("no such endpoint: {0}")]
     NoRoute(String),
+    /// Something named in the request does not exist (a lease).
+    #[error("{0}")]
+    NotFound(String),
     #[error("{0}")]
     Conflict(String),
     #[error(
@@ -55,6 +58,7 @@ impl ApiError {
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorCode::Forbidden),
             ApiError::NoSuchJob(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             ApiError::NoRoute(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorCode::NotFound),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, ErrorCode::Conflict),
             ApiError::Locked(_) => (StatusCode::LOCKED, ErrorCode::Locked),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, ErrorCode::PayloadTooLarge),

@@ -288,6 +288,20 @@ async fn route(
         (Method::GET, ["v1", "activate"]) => {
             Ok(json(StatusCode::OK, &broker.activation_plan(peer).await?))
         }
+        (Method::GET, ["v1", "e2e"]) => Ok(json(StatusCode::OK, &broker.e2e_start(peer)?)),
+        (Method::GET, ["v1", "e2e", "lease", lease]) => Ok(json(
+            StatusCode::OK,
+            &broker.e2e_report(peer, Some(lease), None).await?,
+        )),
+        (Method::GET, ["v1", "e2e", "job", id]) => {
+            let id: u64 = id
+                .parse()
+                .map_err(|_| ApiError::BadRequest(format!("job ID {id:?} is not a number")))?;
+            Ok(json(
+                StatusCode::OK,
+                &broker.e2e_report(peer, None, Some(id)).await?,
+            ))
+        }
         (Method::POST, ["v1", "activate"]) => {
             let body: gpuq_protocol::node::ActivateRequest = read_json(broker, req).await?;
             Ok(json(StatusCode::OK, &broker.activate(peer, &body).await?))

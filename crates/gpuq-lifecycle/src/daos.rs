@@ -590,6 +590,119 @@ impl Daos {
         .collect()
     }
 
+    /// `gpuq e2e`'s check of `lease` (issue #17, item 3): on this host its
+    /// record says released, the active pointer is not it, and no container
+    /// labelled with it is left on this host's Podman; on every node, over
+    /// its link (at once, within the request deadline), the node's own
+    /// evidence (`GET /v1/leases/{lease}/evidence`: node record gone, no
+    /// containers, the wipe audited, every allowlisted device discarded
+    /// with no signature after — or in test mode the test directory gone —,
+    /// metadata gone, server output kept). Read-only everywhere.
+    pub async fn e2e(&self, lease: &str) -> Result<gpuq_protocol::node::E2eReport, DaosError> {
+        use gpuq_protocol::node::{E2eReport, EvidenceCheck, LeaseEvidence, NodeEvidence};
+        let l = self.store.load(lease).map_err(|source| DaosError::Lease {
+            lease: lease.to_string(),
+            source,
+        })?;
+        let released = l.phase == Phase::Released;
+        let mut host = vec![EvidenceCheck {
+            check: "lease_released".into(),
+            ok: released,
+            detail: format!(
+                "the lease record says {}",
+                l.history
+                    .last()
+                    .map(|e| e.what.clone())
+                    .unwrap_or_else(|| format!("{:?}", l.phase))
+            ),
+        }];
+        let active = self.store.current().ok().flatten().map(|a| a.lease);
+        host.push(EvidenceCheck {
+            check: "not_active".into(),
+            ok: active.as_deref() != Some(lease),
+            detail: match &active {
+                Some(a) if a == lease => "it is still the active lease".into(),
+                Some(a) => format!("the active lease is {a}"),
+                None => "no lease is active".into(),
+            },
+        });
+        host.push(
+            match host_containers(&self.cfg.podman_socket, lease, self.cfg.deadlines.request).await {
+                Ok(left) if left.is_empty() => EvidenceCheck {
+                    check: "no_host_containers".into(),
+                    ok: true,
+                    detail: "none of its containers is left on this host".into(),
+                },
+                Ok(left) => EvidenceCheck {
+                    check: "no_host_containers".into(),
+                    ok: false,
+                    detail: format!("left on this host: {}", left.join(", ")),
+                },
+                Err(e) => EvidenceCheck {
+                    check: "no_host_containers".into(),
+                    ok: false,
+                    detail: e,
+                },
+            },
+        );
+        let path = format!("/v1/leases/{lease}/evidence?profile={}", l.profile);
+        let nodes = self
+            .ask_all::<LeaseEvidence>(self.cfg.deadlines.request, Method::GET, &path, None)
+            .await
+            .into_iter()
+            .map(|(node, asked)| {
+                let (evidence, error) = match asked {
+                    Asked::Answer(e) if e.node == node && e.lease == lease => (Some(e), None),
+                    Asked::Answer(e) => (
+                        None,
+                        Some(format!(
+                            "the node helper answered as {:?} for lease {:?}",
+                            e.node, e.lease
+                        )),
+                    ),
+                    Asked::LinkDown(e) => (None, Some(format!("link: {e}"))),
+                    Asked::Failed(e) => (None, Some(e)),
+                };
+                NodeEvidence {
+                    node,
+                    evidence,
+                    error,
+                }
+            })
+            .collect();
+        Ok(E2eReport {
+            lease: lease.to_string(),
+            profile: l.profile,
+            released,
+            host,
+            nodes,
+        })
+    }
+
+    /// Whether the store has a record of `lease`.
+    pub fn has_lease(&self, lease: &str) -> bool {
+        gpuq_protocol::node::valid_lease(lease)
+            && self.store.dir().join(format!("{lease}.json")).is_file()
+    }
+
+    /// The lease records of job `job` (`job<ID>-<time>`), newest first.
+    pub fn leases_of_job(&self, job: u64) -> Vec<String> {
+        let prefix = format!("job{job}-");
+        let mut found: Vec<(i64, String)> = std::fs::read_dir(self.store.dir())
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let lease = name.strip_suffix(".json")?.to_string();
+                let time: i64 = lease.strip_prefix(&prefix)?.parse().ok()?;
+                Some((time, lease))
+            })
+            .collect();
+        found.sort_by(|a, b| b.cmp(a));
+        found.into_iter().map(|(_, l)| l).collect()
+    }
+
     /// `gpuq activate --execute`, first step: the activation's hold,
     /// durable before any node is touched (refused beside a lease or a
     /// cleanup's hold; an unfinished activation's hold is returned, to be
@@ -764,6 +877,22 @@ async fn unless_stopped<T>(
         r = f => Ok(r),
         _ = stop.wait_for(|s| *s) => Err(DaosError::Stopped),
     }
+}
+
+/// The names of the containers labelled with `lease` on the Podman at `sock`.
+async fn host_containers(sock: &Path, lease: &str, request: Duration) -> Result<Vec<String>, String> {
+    use gpuq_podman::{LabelFilter, LibpodClient, Podman};
+    let pm = LibpodClient::connect_with_timeout(sock, Some(request))
+        .await
+        .map_err(|e| format!("Podman at {}: {e}", sock.display()))?;
+    let list = pm
+        .container_list(&LabelFilter::lease(lease))
+        .await
+        .map_err(|e| format!("Podman at {}: {e}", sock.display()))?;
+    Ok(list
+        .into_iter()
+        .map(|c| format!("{} ({})", c.names.first().cloned().unwrap_or(c.id), c.state))
+        .collect())
 }
 
 async fn check_host(

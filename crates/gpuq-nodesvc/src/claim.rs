@@ -27,7 +27,7 @@ pub fn load(jobs_dir: &Path) -> Result<Option<Claim>, String> {
     }
 }
 
-fn read_nofollow(p: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_nofollow(p: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()

@@ -14,6 +14,7 @@
 pub mod activation;
 pub mod audit;
 pub mod claim;
+pub mod evidence;
 pub mod procscan;
 pub mod profile;
 pub mod server;

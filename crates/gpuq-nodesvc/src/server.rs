@@ -253,6 +253,7 @@ impl Findings for StepReport {}
 impl Findings for gpuq_manifest::report::HostInstall {}
 impl Findings for gpuq_protocol::node::ActivationPlan {}
 impl Findings for ActivationReport {}
+impl Findings for gpuq_protocol::node::LeaseEvidence {}
 
 async fn route<P: Podman + 'static>(
     shared: &Arc<Shared<P>>,
@@ -335,6 +336,24 @@ async fn route<P: Podman + 'static>(
             let lease = lease.to_string();
             let r = run_step(shared, true, Some("wipe"), move |s| async move {
                 s.service.wipe(&lease).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::GET, ["v1", "leases", lease, "evidence"]) => {
+            // gpuq e2e: read-only, but one at a time with the lease steps
+            // (never half-way through a wipe's records).
+            let lease = lease.to_string();
+            let profile = req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("profile="))
+                .unwrap_or_default()
+                .to_string();
+            let r = run_step(shared, true, None, move |s| async move {
+                crate::evidence::evidence(&s.service, &lease, &profile).await
             })
             .await?;
             Ok(json(StatusCode::OK, &r))

@@ -34,6 +34,9 @@ pub mod routes {
     /// `POST` (root) an [`super::node::ActivateRequest`]: activate them
     /// (`--execute --destroy-existing-data`), a [`super::node::SiteActivation`].
     pub const ACTIVATE: &str = "/v1/activate";
+    /// `GET` (root): an [`super::node::E2eStart`]; `GET E2E/lease/NAME`
+    /// or `E2E/job/ID`: an [`super::node::E2eReport`] (`gpuq e2e`).
+    pub const E2E: &str = "/v1/e2e";
     /// `GET` (root): every pinned image present on every host (`gpuq verify-pins`).
     pub const PINS: &str = "/v1/daos/pins";
     /// `POST` an [`super::exec::ExecRequest`] with `Upgrade: gpuq-exec` (`gpuq daos-exec`).

@@ -390,6 +390,68 @@ pub struct NodeActivation {
     pub error: Option<String>,
 }
 
+/// `GET /v1/leases/{lease}/evidence?profile=NAME` on a node: what is left
+/// of a released lease there (`gpuq e2e`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseEvidence {
+    pub node: String,
+    pub lease: String,
+    /// `physical` or `test` (the profile's mode on this node).
+    pub mode: String,
+    pub checks: Vec<EvidenceCheck>,
+}
+
+/// One check of `gpuq e2e`, with what it found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvidenceCheck {
+    pub check: String,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// `GET /v1/e2e/lease/{lease}` or `/v1/e2e/job/{id}` on the broker (root):
+/// the lease's evidence on this host and on every node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct E2eReport {
+    pub lease: String,
+    pub profile: String,
+    /// The lease's record says it is released.
+    pub released: bool,
+    /// This host (cxl2): the lease record, the pointer, containers.
+    pub host: Vec<EvidenceCheck>,
+    pub nodes: Vec<NodeEvidence>,
+}
+
+/// One node's evidence, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeEvidence {
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<LeaseEvidence>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl E2eReport {
+    /// Every check on every host passed, and every node answered.
+    pub fn ok(&self) -> bool {
+        self.host.iter().all(|c| c.ok)
+            && self.nodes.iter().all(|n| {
+                n.error.is_none() && n.evidence.as_ref().is_some_and(|e| e.checks.iter().all(|c| c.ok))
+            })
+    }
+}
+
+/// `GET /v1/e2e` on the broker (root): what `gpuq e2e` needs before it
+/// submits its job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct E2eStart {
+    /// The maintenance lock, if held (`gpuq e2e` runs only under it).
+    pub locked: bool,
+    /// The `[daos.profiles]` names.
+    pub profiles: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
