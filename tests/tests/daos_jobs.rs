@@ -981,3 +981,93 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
     );
     s.assert_clean();
 }
+
+/// `gpuq e2e` (#17 item 3) on the test cluster: refused without the
+/// maintenance lock and for a user, submitting nothing; under the lock two
+/// rounds pass (a root `--inst` job writes and reads back through `gpuq
+/// daos-exec`, and on cxl2 and every node nothing of its lease is left but
+/// the audit and the server's output; test mode says so); a node's audit
+/// removed by hand afterwards makes the check of that lease fail, naming
+/// the node and the check.
+#[test]
+fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dj-e2e");
+    let jobs_before = s.b.job_count();
+    let r = s.b.gpuq(ROOT, &["e2e"]);
+    assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
+    assert!(stderr(&r).contains("maintenance lock") && stderr(&r).lines().count() == 1, "{}", stderr(&r));
+    let r = s.b.gpuq(Some(&alice()), &["e2e"]);
+    assert!(!r.status.success() && stderr(&r).contains("only root"), "{}", stderr(&r));
+    assert_eq!(s.b.job_count(), jobs_before, "nothing was submitted");
+
+    let l = s.b.gpuq(ROOT, &["lock", "--reason", "e2e"]);
+    assert!(l.status.success(), "{}", stderr(&l));
+    let r = s.b.gpuq(ROOT, &["e2e", "--repeat", "2", "--json"]);
+    let out = stdout(&r);
+    assert!(r.status.success(), "{out}{}", stderr(&r));
+    let rounds: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let rounds = rounds.as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{out}");
+    let mut leases = Vec::new();
+    for round in rounds {
+        assert_eq!(round["ok"], true, "{round}");
+        let rep = &round["report"];
+        leases.push(rep["lease"].as_str().unwrap().to_string());
+        let nodes = rep["nodes"].as_array().unwrap();
+        assert_eq!(nodes.len(), 4, "{rep}");
+        for n in nodes {
+            let checks: Vec<&str> = n["evidence"]["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["check"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                checks,
+                [
+                    "node_lease_released",
+                    "no_containers",
+                    "wipe_audited",
+                    "test_dir_removed",
+                    "metadata_removed",
+                    "server_output_kept"
+                ],
+                "{n}"
+            );
+        }
+        // The job wrote and read back through DAOS.
+        let id = round["job"].as_u64().unwrap();
+        assert!(s.log(id).contains("bytes written and read back through DAOS"), "{}", s.log(id));
+    }
+    assert_ne!(leases[0], leases[1]);
+    // Its working directories are gone (the rounds passed).
+    for round in rounds {
+        assert!(!std::path::Path::new(round["workdir"].as_str().unwrap()).exists());
+    }
+    // The table form of a passed lease, in test mode.
+    let r = s.b.gpuq(ROOT, &["e2e", "--lease", &leases[1]]);
+    let text = stdout(&r);
+    assert!(r.status.success(), "{text}{}", stderr(&r));
+    eprintln!("gpuq e2e --lease {}:\n{text}", leases[1]);
+    assert!(text.contains("test mode") && text.ends_with("PASSED\n"), "{text}");
+    assert_eq!(text.matches(" ok ").count(), 3 + 4 * 6, "{text}");
+
+    // da2's audit of the second lease removed by hand: that check fails,
+    // naming the node; nothing else changes.
+    let audit = s.c.dir().join("da2/jobs").join(&leases[1]).join("audit.jsonl");
+    std::fs::remove_file(&audit).unwrap();
+    let r = s.b.gpuq(ROOT, &["e2e", "--lease", &leases[1]]);
+    let text = stdout(&r);
+    assert_eq!(r.status.code(), Some(1), "{text}{}", stderr(&r));
+    assert!(
+        text.lines().any(|l| l.contains("da2") && l.contains("wipe_audited") && l.contains("FAILED")),
+        "{text}"
+    );
+    assert!(text.ends_with("FAILED\n"), "{text}");
+    let r = s.b.gpuq(ROOT, &["e2e", "--lease", "no-such-lease"]);
+    assert!(!r.status.success() && stderr(&r).contains("no lease no-such-lease"), "{}", stderr(&r));
+    s.b.gpuq(ROOT, &["unlock"]);
+    s.assert_clean();
+}

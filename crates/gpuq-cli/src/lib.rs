@@ -138,6 +138,28 @@ pub enum Verb {
         #[arg(long)]
         destroy_existing_data: bool,
     },
+    /// Verify (root, under `gpuq lock`) that a DAOS job works end to end and
+    /// leaves nothing: each round submits a root `--inst` job that creates a
+    /// pool and a POSIX container and writes and reads back data through
+    /// `gpuq daos-exec`, waits for its lease's release, then checks on cxl2
+    /// and every node that the wipe audit names every allowlisted device
+    /// discarded with no signature after (test mode: the test directory is
+    /// gone), the metadata and the node's lease record are gone, the
+    /// server's output was kept, and no container is left. Exit 1 on any
+    /// failure.
+    E2e {
+        /// The DAOS profile (default: the only one configured).
+        #[arg(long)]
+        profile: Option<String>,
+        /// Rounds, each a new job and lease (1-100).
+        #[arg(long, default_value_t = 1)]
+        repeat: u32,
+        /// Only check an earlier lease (no job is submitted).
+        #[arg(long)]
+        lease: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
     DaosStatus {
         #[arg(long)]

@@ -3,6 +3,7 @@
 //! exit code from [`Exit`]; stdout carries only results (`submit` prints only
 //! the job ID, like `sbatch --parsable`).
 
+mod e2e;
 mod exec;
 mod render;
 mod verbs;

@@ -159,6 +159,12 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
             env,
             command,
         } => return crate::exec::run(client, workdir, env, command).await,
+        Verb::E2e {
+            profile,
+            repeat,
+            lease,
+            json,
+        } => return crate::e2e::run(client, profile, repeat, lease, json).await,
         Verb::VerifyPins { json } => {
             let v: serde_json::Value = client.call(Method::GET, routes::PINS, None::<&()>).await?;
             if json {

@@ -92,7 +92,10 @@ pub async fn evidence<P: gpuq_podman::Podman>(
             Some(v) => format!(
                 "{} at {}",
                 v["detail"].as_str().unwrap_or_default(),
-                v["time"].as_str().unwrap_or_default()
+                v["time"]
+                    .as_i64()
+                    .map(gpuq_protocol::time::format_utc)
+                    .unwrap_or_else(|| "an unknown time".into())
             ),
             None => format!("no `wipe ok` line in {}", audit_path.display()),
         },
