@@ -997,9 +997,17 @@ fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
     let jobs_before = s.b.job_count();
     let r = s.b.gpuq(ROOT, &["e2e"]);
     assert_eq!(r.status.code(), Some(1), "{}", stderr(&r));
-    assert!(stderr(&r).contains("maintenance lock") && stderr(&r).lines().count() == 1, "{}", stderr(&r));
+    assert!(
+        stderr(&r).contains("maintenance lock") && stderr(&r).lines().count() == 1,
+        "{}",
+        stderr(&r)
+    );
     let r = s.b.gpuq(Some(&alice()), &["e2e"]);
-    assert!(!r.status.success() && stderr(&r).contains("only root"), "{}", stderr(&r));
+    assert!(
+        !r.status.success() && stderr(&r).contains("only root"),
+        "{}",
+        stderr(&r)
+    );
     assert_eq!(s.b.job_count(), jobs_before, "nothing was submitted");
 
     let l = s.b.gpuq(ROOT, &["lock", "--reason", "e2e"]);
@@ -1039,7 +1047,12 @@ fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
         }
         // The job wrote and read back through DAOS.
         let id = round["job"].as_u64().unwrap();
-        assert!(s.log(id).contains("bytes written and read back through DAOS"), "{}", s.log(id));
+        assert!(
+            s.log(id)
+                .contains("bytes written and read back through DAOS"),
+            "{}",
+            s.log(id)
+        );
     }
     assert_ne!(leases[0], leases[1]);
     // Its working directories are gone (the rounds passed).
@@ -1051,23 +1064,35 @@ fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
     let text = stdout(&r);
     assert!(r.status.success(), "{text}{}", stderr(&r));
     eprintln!("gpuq e2e --lease {}:\n{text}", leases[1]);
-    assert!(text.contains("test mode") && text.ends_with("PASSED\n"), "{text}");
+    assert!(
+        text.contains("test mode") && text.ends_with("PASSED\n"),
+        "{text}"
+    );
     assert_eq!(text.matches(" ok ").count(), 3 + 4 * 6, "{text}");
 
     // da2's audit of the second lease removed by hand: that check fails,
     // naming the node; nothing else changes.
-    let audit = s.c.dir().join("da2/jobs").join(&leases[1]).join("audit.jsonl");
+    let audit =
+        s.c.dir()
+            .join("da2/jobs")
+            .join(&leases[1])
+            .join("audit.jsonl");
     std::fs::remove_file(&audit).unwrap();
     let r = s.b.gpuq(ROOT, &["e2e", "--lease", &leases[1]]);
     let text = stdout(&r);
     assert_eq!(r.status.code(), Some(1), "{text}{}", stderr(&r));
     assert!(
-        text.lines().any(|l| l.contains("da2") && l.contains("wipe_audited") && l.contains("FAILED")),
+        text.lines()
+            .any(|l| l.contains("da2") && l.contains("wipe_audited") && l.contains("FAILED")),
         "{text}"
     );
     assert!(text.ends_with("FAILED\n"), "{text}");
     let r = s.b.gpuq(ROOT, &["e2e", "--lease", "no-such-lease"]);
-    assert!(!r.status.success() && stderr(&r).contains("no lease no-such-lease"), "{}", stderr(&r));
+    assert!(
+        !r.status.success() && stderr(&r).contains("no lease no-such-lease"),
+        "{}",
+        stderr(&r)
+    );
     s.b.gpuq(ROOT, &["unlock"]);
     s.assert_clean();
 }

@@ -279,10 +279,7 @@ pub fn daos_main(argv: &[String]) -> i32 {
         args.pos.first().map(String::as_str),
         Some("filesystem" | "fs")
     ) {
-        if args
-            .get(&["src"])
-            .is_some_and(|s| s.starts_with("daos://"))
-        {
+        if args.get(&["src"]).is_some_and(|s| s.starts_with("daos://")) {
             return match fs_copy_out(&args) {
                 Ok(resp) => {
                     if json {

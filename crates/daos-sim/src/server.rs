@@ -34,8 +34,8 @@ use crate::config::{resolve, ServerConfig};
 use crate::error::{SimError, DER_EXIST, DER_INVAL, DER_MISC, DER_NONEXIST, DER_NOSPACE};
 use crate::faults::FaultSource;
 use crate::model::{
-    new_uuid, now_rfc3339, ContCreateResp, ContReadResp, ContWriteResp, HostStorage, Member, NvmeResult,
-    PoolCreateResp, RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
+    new_uuid, now_rfc3339, ContCreateResp, ContReadResp, ContWriteResp, HostStorage, Member,
+    NvmeResult, PoolCreateResp, RankResult, ScmMountResult, SystemQueryResp, SystemStopResp,
 };
 use crate::proto::{call, JoinReq, JoinResp, Reply, Request, Wire};
 use crate::tls::{Accepted, Component, Role, Transport};
@@ -461,9 +461,10 @@ impl Server {
             Request::Format
             | Request::EngineStop { .. }
             | Request::BdevWrite { .. }
-            | Request::BdevRead { .. } => Err(
-                SimError::remote("not a management service request", DER_INVAL),
-            ),
+            | Request::BdevRead { .. } => Err(SimError::remote(
+                "not a management service request",
+                DER_INVAL,
+            )),
         }
     }
 
@@ -732,7 +733,10 @@ impl Server {
         }
         if len > layout::EXTENT {
             return Err(SimError::remote(
-                format!("DER_INVAL(-1003): Invalid parameters: {len} bytes; an extent is at most {}", layout::EXTENT),
+                format!(
+                    "DER_INVAL(-1003): Invalid parameters: {len} bytes; an extent is at most {}",
+                    layout::EXTENT
+                ),
                 DER_INVAL,
             ));
         }
@@ -745,7 +749,12 @@ impl Server {
                     _ => continue,
                 };
                 for path in paths {
-                    let io = |e| SimError::io(format!("read {len} bytes at {offset} of {}", path.display()), e);
+                    let io = |e| {
+                        SimError::io(
+                            format!("read {len} bytes at {offset} of {}", path.display()),
+                            e,
+                        )
+                    };
                     let f = std::fs::File::open(&path).map_err(io)?;
                     let mut buf = vec![0u8; len as usize];
                     f.read_exact_at(&mut buf, offset).map_err(io)?;

@@ -59,7 +59,11 @@ pub async fn run(
     }
     if let Some(l) = lease {
         let r: E2eReport = client
-            .call(Method::GET, &format!("{}/lease/{l}", routes::E2E), None::<&()>)
+            .call(
+                Method::GET,
+                &format!("{}/lease/{l}", routes::E2E),
+                None::<&()>,
+            )
             .await?;
         let ok = r.ok();
         if json {
@@ -102,7 +106,10 @@ pub async fn run(
     }
     let failed = rounds.iter().filter(|r| !r.ok).count();
     if json {
-        println!("{}", serde_json::to_string_pretty(&rounds).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rounds).unwrap_or_default()
+        );
     } else if repeat > 1 {
         println!("\n{} of {repeat} rounds passed", repeat as usize - failed);
     }
@@ -180,7 +187,11 @@ async fn one_round(client: &Client, profile: &str, round: u32) -> Result<Round, 
     let t = Instant::now();
     let report = loop {
         let r: Result<E2eReport, ClientError> = client
-            .call(Method::GET, &format!("{}/job/{job}", routes::E2E), None::<&()>)
+            .call(
+                Method::GET,
+                &format!("{}/job/{job}", routes::E2E),
+                None::<&()>,
+            )
             .await;
         match r {
             Ok(r) if r.released || t.elapsed() > RELEASE_DEADLINE => break Some(r),

@@ -627,7 +627,8 @@ impl Daos {
             },
         });
         host.push(
-            match host_containers(&self.cfg.podman_socket, lease, self.cfg.deadlines.request).await {
+            match host_containers(&self.cfg.podman_socket, lease, self.cfg.deadlines.request).await
+            {
                 Ok(left) if left.is_empty() => EvidenceCheck {
                     check: "no_host_containers".into(),
                     ok: true,
@@ -880,7 +881,11 @@ async fn unless_stopped<T>(
 }
 
 /// The names of the containers labelled with `lease` on the Podman at `sock`.
-async fn host_containers(sock: &Path, lease: &str, request: Duration) -> Result<Vec<String>, String> {
+async fn host_containers(
+    sock: &Path,
+    lease: &str,
+    request: Duration,
+) -> Result<Vec<String>, String> {
     use gpuq_podman::{LabelFilter, LibpodClient, Podman};
     let pm = LibpodClient::connect_with_timeout(sock, Some(request))
         .await

@@ -11,10 +11,10 @@
 //! gone; the metadata directory is gone; the server's own output was kept
 //! (`server.log`).
 
+use crate::claim::read_nofollow;
 use crate::profile::Mode;
 use crate::service::{NodeError, NodeService};
 use gpuq_protocol::node::{valid_lease, EvidenceCheck, LeaseEvidence};
-use crate::claim::read_nofollow;
 use std::path::Path;
 
 /// The evidence of `lease` (of profile `profile`, which says its mode).

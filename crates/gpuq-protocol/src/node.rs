@@ -437,7 +437,10 @@ impl E2eReport {
     pub fn ok(&self) -> bool {
         self.host.iter().all(|c| c.ok)
             && self.nodes.iter().all(|n| {
-                n.error.is_none() && n.evidence.as_ref().is_some_and(|e| e.checks.iter().all(|c| c.ok))
+                n.error.is_none()
+                    && n.evidence
+                        .as_ref()
+                        .is_some_and(|e| e.checks.iter().all(|c| c.ok))
             })
     }
 }

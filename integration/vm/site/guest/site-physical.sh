@@ -262,6 +262,22 @@ if [ "$ALL" = 1 ]; then
   rm -f /etc/systemd/system/daos_server.service
   systemctl daemon-reload
   mark activate-execute
+
+  # --- gpuq e2e on the physical site (#17 item 3) --------------------------------
+  rc=0; e2e=$(gq e2e 2>&1) || rc=$?
+  [ "$rc" = 1 ] && printf '%s\n' "$e2e" | grep -q 'maintenance lock' || fail e2e "e2e without the lock: exit $rc: $e2e"
+  gq lock --reason e2e >/dev/null 2>&1 || fail e2e "gpuq lock"
+  rc=0; e2e=$(gq e2e 2>&1) || rc=$?
+  gq unlock >/dev/null 2>&1 || fail e2e "gpuq unlock"
+  [ "$rc" = 0 ] || fail e2e "gpuq e2e exited $rc: $e2e"
+  printf '%s\n' "$e2e" | tail -n 1 | grep -qx PASSED || fail e2e "not passed: $e2e"
+  [ "$(printf '%s\n' "$e2e" | grep -cE 'device_discarded +ok .*wiped .*no signature after the discard')" = 5 ] \
+    || fail e2e "not five namespaces discarded and clean: $e2e"
+  [ "$(printf '%s\n' "$e2e" | grep -cE 'server_output_kept +ok')" = 4 ] || fail e2e "server output not kept on all four: $e2e"
+  printf '%s\n' "$e2e" | grep -q 'test mode' && fail e2e "a physical site reported as test mode: $e2e"
+  zero_range "$BYSTANDER" 0 $((8 << 20)) || fail e2e "$BYSTANDER was written"
+  ok e2e-on-the-physical-site-writes-reads-back-and-finds-every-namespace-discarded
+  mark e2e
 else
   rc=0; done_json=$(gq activate --execute --destroy-existing-data --json) || rc=$?
   [ "$rc" = 0 ] || fail activate-execute "gpuq activate --execute exited $rc: $done_json"
