@@ -988,7 +988,8 @@ fn an_activation_holds_every_job_until_all_four_nodes_are_claimed_and_resumes_af
 /// daos-exec`, and on cxl2 and every node nothing of its lease is left but
 /// the audit and the server's output; test mode says so); a node's audit
 /// removed by hand afterwards makes the check of that lease fail, naming
-/// the node and the check.
+/// the node and the check. And the lease's server output, kept on the
+/// nodes (`gpuq daos-status --lease`): root's to read, not alice's.
 #[test]
 fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
     require_cluster_env!();
@@ -1087,6 +1088,52 @@ fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
         "{text}"
     );
     assert!(text.ends_with("FAILED\n"), "{text}");
+    // The lease's server output, kept on the nodes after the job: root
+    // (and the job's owner) may read it; alice may not read root's.
+    let r = s.b.gpuq(ROOT, &["daos-status", "--lease", &leases[0]]);
+    let text = stdout(&r);
+    assert!(r.status.success(), "{text}{}", stderr(&r));
+    for n in NODES {
+        assert!(
+            text.contains(&format!("== {n}: server output of lease {} ==", leases[0])),
+            "{text}"
+        );
+    }
+    assert!(text.contains("daos_server"), "{text}");
+    // Its end only, from a line start.
+    let r = s.b.gpuq(
+        ROOT,
+        &[
+            "daos-status",
+            "--lease",
+            &leases[0],
+            "--tail",
+            "200",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    for n in v.as_array().unwrap() {
+        let out = n["output"]["output"].as_str().unwrap();
+        assert!(n["output"]["truncated"] == true && out.len() <= 200, "{n}");
+        assert!(
+            text.contains(out),
+            "not a line-aligned end of the whole: {out:?}"
+        );
+    }
+    let r =
+        s.b.gpuq(Some(&alice()), &["daos-status", "--lease", &leases[0]]);
+    assert!(
+        !r.status.success() && stderr(&r).contains("not one of your jobs'"),
+        "{}",
+        stderr(&r)
+    );
+    let r = s.b.gpuq(ROOT, &["daos-status", "--lease", "no-such-lease"]);
+    assert!(
+        !r.status.success() && stderr(&r).contains("no lease no-such-lease"),
+        "{}",
+        stderr(&r)
+    );
     let r = s.b.gpuq(ROOT, &["e2e", "--lease", "no-such-lease"]);
     assert!(
         !r.status.success() && stderr(&r).contains("no lease no-such-lease"),

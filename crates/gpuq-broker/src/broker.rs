@@ -1438,6 +1438,34 @@ impl Broker {
         Ok(daos.e2e(&lease).await?)
     }
 
+    /// `gpuq daos-status --lease LEASE`: the end of the lease's server
+    /// output on every node. Root, or the owner of the lease's job (it is
+    /// that job's DAOS system; it can name its pools and containers).
+    pub async fn server_output(
+        &self,
+        peer: &Peer,
+        lease: &str,
+        tail: usize,
+    ) -> Result<Vec<gpuq_protocol::node::NodeOutput>, ApiError> {
+        let Some(daos) = self.daos.clone() else {
+            return Err(ApiError::NotEnabled(self.cfg.daos_off("no server output")));
+        };
+        if !daos.has_lease(lease) {
+            return Err(ApiError::NotFound(format!(
+                "no lease {lease} in the broker's records (its name is in the job's log: `lease … created`)"
+            )));
+        }
+        let owner = daosjob::job_of_lease(lease)
+            .and_then(|id| self.store.get(id).ok().flatten())
+            .map(|j| j.uid);
+        if !peer.is_root() && owner != Some(peer.uid) {
+            return Err(ApiError::Forbidden(format!(
+                "lease {lease} is not one of your jobs': only its owner and root see its servers' output"
+            )));
+        }
+        Ok(daos.server_output(lease, tail).await)
+    }
+
     fn e2e_daos(&self, peer: &Peer) -> Result<Arc<Daos>, ApiError> {
         if !peer.is_root() {
             return Err(ApiError::Forbidden(

@@ -288,6 +288,24 @@ async fn route(
         (Method::GET, ["v1", "activate"]) => {
             Ok(json(StatusCode::OK, &broker.activation_plan(peer).await?))
         }
+        (Method::GET, ["v1", "daos", "output", lease]) => {
+            let tail = req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("tail="))
+                .map(|t| {
+                    t.parse::<usize>()
+                        .map_err(|_| ApiError::BadRequest(format!("tail={t:?}: a number of bytes")))
+                })
+                .transpose()?
+                .unwrap_or(64 << 10);
+            Ok(json(
+                StatusCode::OK,
+                &broker.server_output(peer, lease, tail).await?,
+            ))
+        }
         (Method::GET, ["v1", "e2e"]) => Ok(json(StatusCode::OK, &broker.e2e_start(peer)?)),
         (Method::GET, ["v1", "e2e", "lease", lease]) => Ok(json(
             StatusCode::OK,

@@ -161,9 +161,18 @@ pub enum Verb {
         json: bool,
     },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
+    /// With `--lease LEASE` (its name is in the job's log): the end of that
+    /// lease's server output on every node (the lease's job owner or root),
+    /// kept on the nodes after the job.
     DaosStatus {
         #[arg(long)]
         json: bool,
+        /// Show this lease's server output instead.
+        #[arg(long)]
+        lease: Option<String>,
+        /// How much of each node's output (bytes, from a line start).
+        #[arg(long, default_value_t = 65536)]
+        tail: usize,
     },
     /// Per user: jobs, GPU hours, mean wait, DAOS jobs and the medians of
     /// their preparation and cleanup, over the jobs that ended in a period

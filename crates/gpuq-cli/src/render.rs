@@ -294,6 +294,38 @@ pub fn activation(a: &gpuq_protocol::node::SiteActivation) -> String {
     o
 }
 
+/// `gpuq daos-status --lease` for people: each node's server output under
+/// a header, control characters shown escaped.
+pub fn server_output(v: &[gpuq_protocol::node::NodeOutput]) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    for n in v {
+        match (&n.output, &n.error) {
+            (Some(out), None) => {
+                let _ = writeln!(
+                    o,
+                    "== {}: server output of lease {}{} ==",
+                    esc(&n.node),
+                    esc(&out.lease),
+                    if out.truncated { " (its end)" } else { "" }
+                );
+                for line in out.output.lines() {
+                    let _ = writeln!(o, "{}", esc(line));
+                }
+            }
+            (_, e) => {
+                let _ = writeln!(
+                    o,
+                    "== {}: no server output: {} ==",
+                    esc(&n.node),
+                    esc(e.as_deref().unwrap_or("no answer"))
+                );
+            }
+        }
+    }
+    o
+}
+
 /// `gpuq daos-status` for people: the lease and hold first, then a line per
 /// node, then the profiles' pins.
 pub fn daos_status(v: &serde_json::Value) -> String {

@@ -269,7 +269,28 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
                 return Ok(Exit::Refused as i32);
             }
         }
-        Verb::DaosStatus { json } => {
+        Verb::DaosStatus {
+            json,
+            lease: Some(lease),
+            tail,
+        } => {
+            let v: Vec<gpuq_protocol::node::NodeOutput> = client
+                .call(
+                    Method::GET,
+                    &format!("{}/{lease}?tail={tail}", routes::OUTPUT),
+                    None::<&()>,
+                )
+                .await?;
+            if json {
+                print_json(&v);
+            } else {
+                print!("{}", crate::render::server_output(&v));
+            }
+            if v.iter().any(|n| n.error.is_some()) {
+                return Ok(Exit::Refused as i32);
+            }
+        }
+        Verb::DaosStatus { json, .. } => {
             let v: serde_json::Value = client.call(Method::GET, routes::DAOS, None::<&()>).await?;
             if json {
                 print_json(&v);

@@ -680,6 +680,40 @@ impl Daos {
         })
     }
 
+    /// `gpuq daos-status --lease`: the end (`tail` bytes) of the lease's
+    /// server output on every node, at once, within the request deadline.
+    pub async fn server_output(
+        &self,
+        lease: &str,
+        tail: usize,
+    ) -> Vec<gpuq_protocol::node::NodeOutput> {
+        use gpuq_protocol::node::{NodeOutput, ServerOutput};
+        let path = format!("/v1/leases/{lease}/output?tail={tail}");
+        self.ask_all::<ServerOutput>(self.cfg.deadlines.request, Method::GET, &path, None)
+            .await
+            .into_iter()
+            .map(|(node, asked)| {
+                let (output, error) = match asked {
+                    Asked::Answer(o) if o.node == node && o.lease == lease => (Some(o), None),
+                    Asked::Answer(o) => (
+                        None,
+                        Some(format!(
+                            "the node helper answered as {:?} for lease {:?}",
+                            o.node, o.lease
+                        )),
+                    ),
+                    Asked::LinkDown(e) => (None, Some(format!("link: {e}"))),
+                    Asked::Failed(e) => (None, Some(e)),
+                };
+                NodeOutput {
+                    node,
+                    output,
+                    error,
+                }
+            })
+            .collect()
+    }
+
     /// Whether the store has a record of `lease`.
     pub fn has_lease(&self, lease: &str) -> bool {
         gpuq_protocol::node::valid_lease(lease)

@@ -111,9 +111,8 @@ pub async fn evidence<P: gpuq_podman::Podman>(
                 );
             }
             for entry in &cfg.node.devices {
-                let want = serde_json::to_value(entry).unwrap_or_default();
                 let label = entry.label();
-                match records.iter().find(|r| r["entry"] == want) {
+                match records.iter().find(|r| same_device(entry, &r["entry"])) {
                     None => check(
                         "device_discarded",
                         false,
@@ -190,6 +189,28 @@ pub async fn evidence<P: gpuq_podman::Podman>(
         .to_string(),
         checks,
     })
+}
+
+/// Whether a wipe record's entry (the lease's recorded device, pinned
+/// with what was found at start: namespace, model, size) is the device the
+/// allowlist entry names: the same serial, PCI address and loop file where
+/// the allowlist gives them, and the same namespace when it names one.
+fn same_device(entry: &gpuq_blockdev::config::DeviceEntry, rec: &serde_json::Value) -> bool {
+    let text = |v: &Option<String>, key: &str| {
+        v.as_deref()
+            .is_none_or(|want| rec[key].as_str() == Some(want))
+    };
+    let loop_file = entry
+        .loop_backing_file
+        .as_ref()
+        .map(|p| p.display().to_string());
+    (entry.serial.is_some() || entry.pci.is_some() || loop_file.is_some())
+        && text(&entry.serial, "serial")
+        && text(&entry.pci, "pci")
+        && text(&loop_file, "loop_backing_file")
+        && entry
+            .nsid
+            .is_none_or(|n| rec["nsid"].as_u64() == Some(u64::from(n)))
 }
 
 fn exists(p: &Path) -> bool {

@@ -358,6 +358,21 @@ async fn route<P: Podman + 'static>(
             .await?;
             Ok(json(StatusCode::OK, &r))
         }
+        (Method::GET, ["v1", "leases", lease, "output"]) => {
+            let tail = req
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("tail="))
+                .map(|t| {
+                    t.parse::<usize>()
+                        .map_err(|_| ApiError::BadRequest(format!("tail={t:?}: a number of bytes")))
+                })
+                .transpose()?
+                .unwrap_or(crate::service::OUTPUT_TAIL_DEFAULT);
+            Ok(json(StatusCode::OK, &svc.output(lease, tail).await?))
+        }
         (Method::GET, ["v1", "leases", lease, "logs"]) => {
             let text = svc.logs(lease).await?;
             Ok(Response::builder()

@@ -903,6 +903,40 @@ impl<P: Podman> NodeService<P> {
     }
 }
 
+/// How much of a server's output `output` answers with by default.
+pub const OUTPUT_TAIL_DEFAULT: usize = 64 << 10;
+
+impl<P: Podman> NodeService<P> {
+    /// The end of the lease's server output (`gpuq daos-status --lease`):
+    /// its last `tail` bytes (at most what is kept), starting at a line.
+    pub async fn output(
+        &self,
+        lease: &str,
+        tail: usize,
+    ) -> Result<gpuq_protocol::node::ServerOutput, NodeError> {
+        let all = self.logs(lease).await?;
+        let tail = tail.min(SERVER_LOG_MAX);
+        let (output, truncated) = if all.len() > tail {
+            let mut start = all.len() - tail;
+            while !all.is_char_boundary(start) {
+                start += 1;
+            }
+            let cut = &all[start..];
+            // From the next line's start (the first is likely cut).
+            let from_line = cut.find('\n').map(|i| &cut[i + 1..]).unwrap_or(cut);
+            (from_line.to_string(), true)
+        } else {
+            (all, false)
+        };
+        Ok(gpuq_protocol::node::ServerOutput {
+            node: self.node_name().to_string(),
+            lease: lease.to_string(),
+            output,
+            truncated,
+        })
+    }
+}
+
 /// The server's output kept by `stop` in the lease's directory.
 pub const SERVER_LOG: &str = "server.log";
 /// At most this much of a server's output is kept (its end)…

@@ -846,3 +846,91 @@ async fn a_lease_whose_claim_is_gone_is_not_wiped_until_the_claim_is_restored() 
     assert!(dev.head_is_zero(MIB as usize));
     assert_eq!(site.audit("L10"), ["wipe:refused", "wipe:ok", "release:ok"]);
 }
+
+/// `gpuq e2e`'s evidence on a node (#17 item 3), physical mode: after the
+/// lease's wipe every allowlisted device has the lease's wipe record
+/// (`wiped`, no signature after); a record removed by hand fails that
+/// device's check. (This start fails before any server runs — see the
+/// module comment — so no server output exists to keep: that check fails
+/// here, as it must.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_evidence_of_a_wiped_lease_names_every_device_and_a_missing_record_fails() {
+    if !as_own_node("the_evidence_of_a_wiped_lease_names_every_device_and_a_missing_record_fails") {
+        return;
+    }
+    let site = Site::new().await;
+    let a = LoopDev::new(64 * MIB);
+    let b = LoopDev::new(64 * MIB);
+    let svc = site.helper("inst1", "physical", &[&a, &b]).await;
+    physical_lease(&svc, &site, "L12", &[&a, &b]).await;
+    // Before the wipe: the lease is still held here.
+    let e = gpuq_nodesvc::evidence::evidence(&svc, "L12", "inst1")
+        .await
+        .unwrap();
+    let verdict = |e: &gpuq_protocol::node::LeaseEvidence, check: &str| -> Vec<bool> {
+        e.checks
+            .iter()
+            .filter(|c| c.check == check)
+            .map(|c| c.ok)
+            .collect()
+    };
+    assert_eq!(verdict(&e, "node_lease_released"), [false], "{e:?}");
+    assert_eq!(verdict(&e, "device_discarded"), [false, false], "{e:?}");
+    svc.wipe("L12").await.unwrap();
+
+    let e = gpuq_nodesvc::evidence::evidence(&svc, "L12", "inst1")
+        .await
+        .unwrap();
+    assert_eq!(e.mode, "physical");
+    for check in [
+        "node_lease_released",
+        "no_containers",
+        "wipe_audited",
+        "metadata_removed",
+    ] {
+        assert_eq!(verdict(&e, check), [true], "{check}: {e:?}");
+    }
+    assert_eq!(verdict(&e, "device_discarded"), [true, true], "{e:?}");
+    assert!(
+        e.checks
+            .iter()
+            .filter(|c| c.check == "device_discarded")
+            .all(|c| c.detail.contains("wiped") && c.detail.contains("no signature after")),
+        "{e:?}"
+    );
+    assert_eq!(verdict(&e, "server_output_kept"), [false], "{e:?}");
+    assert!(!e.checks.iter().any(|c| c.check == "test_dir_removed"));
+
+    // b's record removed by hand: b's check fails, a's still passes.
+    let rec = std::fs::read_dir(site.jobs("L12"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            std::fs::read_to_string(p).is_ok_and(|t| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("wipe-")
+                    && t.contains(b.backing.to_str().unwrap())
+            })
+        })
+        .expect("b's wipe record");
+    std::fs::remove_file(rec).unwrap();
+    let e = gpuq_nodesvc::evidence::evidence(&svc, "L12", "inst1")
+        .await
+        .unwrap();
+    let discarded: Vec<(bool, bool)> = e
+        .checks
+        .iter()
+        .filter(|c| c.check == "device_discarded")
+        .map(|c| (c.ok, c.detail.contains("no wipe record")))
+        .collect();
+    assert_eq!(discarded, [(true, false), (false, true)], "{e:?}");
+    // Bad input: one clear error, nothing read.
+    assert!(gpuq_nodesvc::evidence::evidence(&svc, "../x", "inst1")
+        .await
+        .is_err());
+    assert!(gpuq_nodesvc::evidence::evidence(&svc, "L12", "nope")
+        .await
+        .is_err());
+}

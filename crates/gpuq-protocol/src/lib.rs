@@ -34,6 +34,10 @@ pub mod routes {
     /// `POST` (root) an [`super::node::ActivateRequest`]: activate them
     /// (`--execute --destroy-existing-data`), a [`super::node::SiteActivation`].
     pub const ACTIVATE: &str = "/v1/activate";
+    /// `GET OUTPUT/LEASE?tail=BYTES` (root, or the owner of the lease's
+    /// job): every node's [`super::node::NodeOutput`] (`gpuq daos-status
+    /// --lease`).
+    pub const OUTPUT: &str = "/v1/daos/output";
     /// `GET` (root): an [`super::node::E2eStart`]; `GET E2E/lease/NAME`
     /// or `E2E/job/ID`: an [`super::node::E2eReport`] (`gpuq e2e`).
     pub const E2E: &str = "/v1/e2e";

@@ -390,6 +390,30 @@ pub struct NodeActivation {
     pub error: Option<String>,
 }
 
+/// `GET /v1/leases/{lease}/output?tail=BYTES` on a node: the end of the
+/// lease's server output (from its container while it exists, then what
+/// `stop` kept).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerOutput {
+    pub node: String,
+    pub lease: String,
+    /// Its last `tail` bytes (from a line start), lossily UTF-8.
+    pub output: String,
+    /// True when earlier output was left out.
+    pub truncated: bool,
+}
+
+/// `GET /v1/daos/output/{lease}` on the broker: every node's
+/// [`ServerOutput`] of the lease, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeOutput {
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<ServerOutput>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
 /// `GET /v1/leases/{lease}/evidence?profile=NAME` on a node: what is left
 /// of a released lease there (`gpuq e2e`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
