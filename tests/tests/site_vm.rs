@@ -383,6 +383,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "broker-start",
             "an-unclaimed-site-refuses-a-physical-job-and-touches-no-device",
             "activate-plan-shows-devices-and-the-running-unit-and-changes-nothing",
+            "an-activation-with-a-node-gone-holds-claims-the-others-and-recover-refuses",
             "activate-execute-stops-and-disables-the-unit-discards-and-claims-every-node",
             "e2e-on-the-physical-site-writes-reads-back-and-finds-every-namespace-discarded",
             "inst-job-created-pool-container-and-wrote-through-daos-exec",

@@ -227,7 +227,35 @@ if [ "$ALL" = 1 ]; then
   ok activate-plan-shows-devices-and-the-running-unit-and-changes-nothing
   mark activate-plan
 
-  # --- gpuq activate --execute (#17 item 2) -------------------------------------
+  # --- an activation with da3's helper gone: held, and resumed (#17 item 4) ------
+  # da3's helper is killed (SIGKILL, by the PID the cluster recorded); the
+  # activation claims the other three, keeps the `activating` hold and
+  # exits 1; `recover` refuses and points at the activation. da3's helper
+  # comes back (as its unit's Restart= would start it: same command, same
+  # namespace; the manifest gets its new PID so `down` ends it), and the
+  # second run below finishes da3 only.
+  old=$(awk '$1 == "pid" && $2 == "da3" && $3 == "node" {print $4; exit}' "$D/manifest")
+  mapfile -d '' -t cmd <"/proc/$old/cmdline"
+  kill -9 "$old"
+  i=0; while kill -0 "$old" 2>/dev/null; do i=$((i+1)); [ $i -lt 100 ] || fail activate-held "da3's helper $old did not end"; sleep 0.1; done
+  rc=0; held=$(gq activate --execute --destroy-existing-data) || rc=$?
+  [ "$rc" = 1 ] || fail activate-held "exit $rc with da3's helper gone: $held"
+  printf '%s\n' "$held" | grep -A1 '^da3:$' | grep -q 'NOT COMPLETE' || fail activate-held "da3 not named: $held"
+  grep -q '"kind": "activating"' $state_dir/blocked.json || fail activate-held "no activating hold: $(cat $state_dir/blocked.json 2>&1)"
+  for n in da1 da2 da4; do [ -e "$D/$n/jobs/claim.json" ] || fail activate-held "$n not claimed: $held"; done
+  [ ! -e "$D/da3/jobs/claim.json" ] || fail activate-held "da3 claimed without its helper"
+  rc=0; r=$(gq recover 2>&1) || rc=$?
+  [ "$rc" != 0 ] && printf '%s\n' "$r" | grep -q 'gpuq activate --execute' || fail activate-held "recover: exit $rc: $r"
+  GPUQ_LOG=info setsid nsenter --net=/run/netns/$P-da3 "${cmd[@]}" </dev/null >>"$D/logs/da3-node.log" 2>&1 &
+  new=$!
+  sed -i "s/^pid da3 node $old\$/pid da3 node $new/" "$D/manifest"
+  i=0; until [ -S "$D/da3/run/node.sock" ] && [ "$(stat -c %Y "$D/da3/run/node.sock")" -ge "$(stat -c %Y /proc/$new)" ]; do
+    i=$((i+1)); [ $i -lt 200 ] || fail activate-held "da3's helper did not come back"; sleep 0.1
+  done
+  ok an-activation-with-a-node-gone-holds-claims-the-others-and-recover-refuses
+  mark activate-held
+
+  # --- gpuq activate --execute (#17 item 2): the second run finishes -----------
   rc=0; done_json=$(gq activate --execute --destroy-existing-data --json) || rc=$?
   [ "$rc" = 0 ] || fail activate-execute "gpuq activate --execute exited $rc: $done_json"
   printf '%s\n' "$done_json" | grep -q '"held"' && fail activate-execute "held: $done_json"
@@ -257,6 +285,11 @@ if [ "$ALL" = 1 ]; then
   grep -qs 'ext4' "$D/da2"/jobs/activation-*/wipe-*.json || fail activate-execute "da2's audit does not name the ext4 it destroyed"
   [ "$(grep -c 'SN-SITE-000' "$D/da4/jobs/claim.json")" = 2 ] || fail activate-execute "da4 does not claim both namespaces: $(cat "$D/da4/jobs/claim.json")"
   [ ! -e $state_dir/blocked.json ] || fail activate-execute "the hold stayed: $(cat $state_dir/blocked.json)"
+  # Resumed: the three claimed nodes did nothing again, da3 did its part.
+  [ "$(printf '%s\n' "$done_json" | grep -c '"already_claimed": true')" = 3 ] \
+    || fail activate-execute "not three nodes already claimed: $done_json"
+  [ "$(cat "$D"/da*/jobs/claim.json | grep -o '"activation": "activation-[0-9]*"' | sort -u | wc -l)" = 1 ] \
+    || fail activate-execute "the claims name more than one activation"
   ok activate-execute-stops-and-disables-the-unit-discards-and-claims-every-node
   systemctl disable --now -q daos_server.service
   rm -f /etc/systemd/system/daos_server.service
