@@ -1069,7 +1069,7 @@ fn e2e_passes_twice_under_the_lock_and_fails_on_a_node_whose_audit_is_gone() {
         text.contains("test mode") && text.ends_with("PASSED\n"),
         "{text}"
     );
-    assert_eq!(text.matches(" ok ").count(), 3 + 4 * 6, "{text}");
+    assert_eq!(text.matches(" ok ").count(), 4 + 4 * 6, "{text}");
 
     // da2's audit of the second lease removed by hand: that check fails,
     // naming the node; nothing else changes.

@@ -591,8 +591,9 @@ impl Daos {
     }
 
     /// `gpuq e2e`'s check of `lease` (issue #17, item 3): on this host its
-    /// record says released, the active pointer is not it, and no container
-    /// labelled with it is left on this host's Podman; on every node, over
+    /// record says released, the active pointer is not it, no container
+    /// labelled with it is left on this host's Podman and its run directory
+    /// is gone; on every node, over
     /// its link (at once, within the request deadline), the node's own
     /// evidence (`GET /v1/leases/{lease}/evidence`: node record gone, no
     /// containers, the wipe audited, every allowlisted device discarded
@@ -646,6 +647,19 @@ impl Daos {
                 },
             },
         );
+        // The lease's files on this host (certificates, agent and client
+        // configuration, the agent's socket directory).
+        let run = self.cfg.run_dir.join(lease);
+        let gone = std::fs::symlink_metadata(&run).is_err();
+        host.push(EvidenceCheck {
+            check: "host_files_removed".into(),
+            ok: gone,
+            detail: format!(
+                "{} {}",
+                run.display(),
+                if gone { "is gone" } else { "is still there" }
+            ),
+        });
         let path = format!("/v1/leases/{lease}/evidence?profile={}", l.profile);
         let nodes = self
             .ask_all::<LeaseEvidence>(self.cfg.deadlines.request, Method::GET, &path, None)
