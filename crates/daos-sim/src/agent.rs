@@ -348,6 +348,19 @@ pub fn daos_main(argv: &[String]) -> i32 {
     }
 }
 
+/// `filesystem copy` is the only `filesystem` command the simulator has.
+fn copy_words(args: &Args) -> Result<(), SimError> {
+    let words: Vec<&str> = args.pos.iter().map(String::as_str).collect();
+    if matches!(words.as_slice(), ["filesystem" | "fs", "copy"]) {
+        Ok(())
+    } else {
+        Err(SimError::Usage(format!(
+            "unsupported command {:?} (daos-sim supports: filesystem copy --src FILE --dst daos://POOL/CONT, and back)",
+            words.join(" ")
+        )))
+    }
+}
+
 /// `POOL` and `CONT` of `daos://POOL/CONT[/PATH]`.
 fn daos_path(what: &str, v: &str) -> Result<(String, String), SimError> {
     v.strip_prefix("daos://")
@@ -364,35 +377,15 @@ fn daos_path(what: &str, v: &str) -> Result<(String, String), SimError> {
 /// of the pool must hold the same), written to FILE (created, not
 /// replaced).
 fn fs_copy_out(args: &Args) -> Result<ContReadResp, SimError> {
+    copy_words(args)?;
     let (pool, cont) = daos_path("--src", args.get(&["src"]).unwrap_or_default())?;
     let dst = args
         .get(&["dst"])
         .ok_or_else(|| SimError::Usage("filesystem copy needs --dst FILE".into()))?;
-    let info = attach_info()?;
-    let system = args.get(&["G", "sys-name"]).unwrap_or("daos_server");
-    if system != info.system {
-        return Err(SimError::remote(
-            format!(
-                "DER_INVAL(-1003): Invalid parameters: system {system:?} is not the agent's system {:?}",
-                info.system
-            ),
-            DER_INVAL,
-        ));
-    }
-    let mut req = serde_json::to_vec(&serde_json::json!({
-        "op": "cont_read", "pool": pool, "cont": cont,
-    }))
-    .unwrap_or_default();
-    req.push(b'\n');
-    let line = agent_call(&req, Duration::from_secs(35))?;
-    let proto = |e: serde_json::Error| SimError::Protocol {
-        peer: "daos_agent".into(),
-        msg: e.to_string(),
-    };
-    let resp: ContReadResp = match serde_json::from_str::<Reply>(&line).map_err(proto)? {
-        Reply::Ok(v) => serde_json::from_value(v).map_err(proto)?,
-        Reply::Err { msg, status } => return Err(SimError::remote(msg, status)),
-    };
+    let resp: ContReadResp = ask_agent(
+        args,
+        serde_json::json!({"op": "cont_read", "pool": pool, "cont": cont}),
+    )?;
     use std::io::Write;
     std::fs::OpenOptions::new()
         .write(true)
@@ -407,51 +400,16 @@ fn fs_copy_out(args: &Args) -> Result<ContReadResp, SimError> {
 /// file's bytes (UTF-8 text, at most 64 KiB: the simulator's extent) go to
 /// the next data extent of every rank of the pool (docs/daos-sim.md).
 fn fs_copy(args: &Args) -> Result<ContWriteResp, SimError> {
-    let words: Vec<&str> = args.pos.iter().map(String::as_str).collect();
-    if !matches!(words.as_slice(), ["filesystem" | "fs", "copy"]) {
-        return Err(SimError::Usage(format!(
-            "unsupported command {:?} (daos-sim supports: filesystem copy --src FILE --dst daos://POOL/CONT)",
-            words.join(" ")
-        )));
-    }
+    copy_words(args)?;
     let src = args
         .get(&["src"])
         .ok_or_else(|| SimError::Usage("filesystem copy needs --src FILE".into()))?;
-    let dst = args.get(&["dst"]).unwrap_or_default();
-    let (pool, cont) = dst
-        .strip_prefix("daos://")
-        .and_then(|r| {
-            let mut it = r.splitn(3, '/');
-            Some((it.next()?, it.next()?))
-        })
-        .filter(|(p, c)| !p.is_empty() && !c.is_empty())
-        .ok_or_else(|| SimError::Usage(format!("--dst {dst:?}: expected daos://POOL/CONT")))?;
+    let (pool, cont) = daos_path("--dst", args.get(&["dst"]).unwrap_or_default())?;
     let data = std::fs::read_to_string(src).map_err(|e| SimError::io(format!("read {src}"), e))?;
-    let info = attach_info()?;
-    let system = args.get(&["G", "sys-name"]).unwrap_or("daos_server");
-    if system != info.system {
-        return Err(SimError::remote(
-            format!(
-                "DER_INVAL(-1003): Invalid parameters: system {system:?} is not the agent's system {:?}",
-                info.system
-            ),
-            DER_INVAL,
-        ));
-    }
-    let mut req = serde_json::to_vec(&serde_json::json!({
-        "op": "cont_write", "pool": pool, "cont": cont, "data": data,
-    }))
-    .unwrap_or_default();
-    req.push(b'\n');
-    let line = agent_call(&req, Duration::from_secs(35))?;
-    let proto = |e: serde_json::Error| SimError::Protocol {
-        peer: "daos_agent".into(),
-        msg: e.to_string(),
-    };
-    match serde_json::from_str::<Reply>(&line).map_err(proto)? {
-        Reply::Ok(v) => serde_json::from_value(v).map_err(proto),
-        Reply::Err { msg, status } => Err(SimError::remote(msg, status)),
-    }
+    ask_agent(
+        args,
+        serde_json::json!({"op": "cont_write", "pool": pool, "cont": cont, "data": data}),
+    )
 }
 
 fn cont_create(args: &Args) -> Result<ContCreateResp, SimError> {
@@ -472,6 +430,18 @@ fn cont_create(args: &Args) -> Result<ContCreateResp, SimError> {
         .get(&["type", "t"])
         .unwrap_or("POSIX")
         .to_ascii_uppercase();
+    ask_agent(
+        args,
+        serde_json::json!({"op": "cont_create", "pool": pool, "label": label, "kind": kind}),
+    )
+}
+
+/// Send `req` to the agent of the system `-G` names (it must be the
+/// agent's) and read its answer.
+fn ask_agent<T: serde::de::DeserializeOwned>(
+    args: &Args,
+    req: serde_json::Value,
+) -> Result<T, SimError> {
     let info = attach_info()?;
     let system = args.get(&["G", "sys-name"]).unwrap_or("daos_server");
     if system != info.system {
@@ -483,10 +453,7 @@ fn cont_create(args: &Args) -> Result<ContCreateResp, SimError> {
             DER_INVAL,
         ));
     }
-    let mut req = serde_json::to_vec(&serde_json::json!({
-        "op": "cont_create", "pool": pool, "label": label, "kind": kind,
-    }))
-    .unwrap_or_default();
+    let mut req = serde_json::to_vec(&req).unwrap_or_default();
     req.push(b'\n');
     let line = agent_call(&req, Duration::from_secs(35))?;
     let proto = |e: serde_json::Error| SimError::Protocol {

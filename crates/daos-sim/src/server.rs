@@ -551,27 +551,10 @@ impl Server {
                 .as_mut()
                 .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
             let n = db.extents;
-            let p = db
-                .pools
-                .iter_mut()
-                .find(|p| p.label == pool || p.uuid == pool)
-                .ok_or_else(|| {
-                    SimError::remote(
-                        format!("pool {pool:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
-                        DER_NONEXIST,
-                    )
-                })?;
+            let (pi, ci) = cont_index(db, pool, cont)?;
+            let p = &mut db.pools[pi];
             let (pool_uuid, ranks) = (p.uuid.clone(), p.tgt_ranks.clone());
-            let c = p
-                .containers
-                .iter_mut()
-                .find(|c| c.label == cont || c.uuid == cont)
-                .ok_or_else(|| {
-                    SimError::remote(
-                        format!("container {cont:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
-                        DER_NONEXIST,
-                    )
-                })?;
+            let c = &mut p.containers[ci];
             let resp = ContWriteResp {
                 pool_uuid,
                 container_uuid: c.uuid.clone(),
@@ -597,26 +580,9 @@ impl Server {
             let db = g
                 .as_ref()
                 .ok_or_else(|| SimError::remote(ERR_UNINITIALIZED, DER_MISC))?;
-            let p = db
-                .pools
-                .iter()
-                .find(|p| p.label == pool || p.uuid == pool)
-                .ok_or_else(|| {
-                    SimError::remote(
-                        format!("pool {pool:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
-                        DER_NONEXIST,
-                    )
-                })?;
-            let c = p
-                .containers
-                .iter()
-                .find(|c| c.label == cont || c.uuid == cont)
-                .ok_or_else(|| {
-                    SimError::remote(
-                        format!("container {cont:?}: DER_NONEXIST(-1005): The specified entity does not exist"),
-                        DER_NONEXIST,
-                    )
-                })?;
+            let (pi, ci) = cont_index(db, pool, cont)?;
+            let p = &db.pools[pi];
+            let c = &p.containers[ci];
             let targets: Vec<(u32, String)> = db
                 .members
                 .iter()
@@ -1143,6 +1109,28 @@ impl Server {
             }
         }
     }
+}
+
+/// Where container `cont` (label or UUID) of pool `pool` is in `db`:
+/// (pool index, container index), or DAOS's `DER_NONEXIST`.
+fn cont_index(db: &Db, pool: &str, cont: &str) -> Result<(usize, usize), SimError> {
+    let nonexist = |what: String| {
+        SimError::remote(
+            format!("{what}: DER_NONEXIST(-1005): The specified entity does not exist"),
+            DER_NONEXIST,
+        )
+    };
+    let pi = db
+        .pools
+        .iter()
+        .position(|p| p.label == pool || p.uuid == pool)
+        .ok_or_else(|| nonexist(format!("pool {pool:?}")))?;
+    let ci = db.pools[pi]
+        .containers
+        .iter()
+        .position(|c| c.label == cont || c.uuid == cont)
+        .ok_or_else(|| nonexist(format!("container {cont:?}")))?;
+    Ok((pi, ci))
 }
 
 /// DER_NO_PERM.

@@ -289,18 +289,8 @@ async fn route(
             Ok(json(StatusCode::OK, &broker.activation_plan(peer).await?))
         }
         (Method::GET, ["v1", "daos", "output", lease]) => {
-            let tail = req
-                .uri()
-                .query()
-                .unwrap_or_default()
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("tail="))
-                .map(|t| {
-                    t.parse::<usize>()
-                        .map_err(|_| ApiError::BadRequest(format!("tail={t:?}: a number of bytes")))
-                })
-                .transpose()?
-                .unwrap_or(64 << 10);
+            let tail = gpuq_protocol::tail_param(req.uri().query(), 64 << 10)
+                .map_err(ApiError::BadRequest)?;
             Ok(json(
                 StatusCode::OK,
                 &broker.server_output(peer, lease, tail).await?,

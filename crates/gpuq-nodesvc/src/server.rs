@@ -344,12 +344,7 @@ async fn route<P: Podman + 'static>(
             // gpuq e2e: read-only, but one at a time with the lease steps
             // (never half-way through a wipe's records).
             let lease = lease.to_string();
-            let profile = req
-                .uri()
-                .query()
-                .unwrap_or_default()
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("profile="))
+            let profile = gpuq_protocol::query_param(req.uri().query(), "profile")
                 .unwrap_or_default()
                 .to_string();
             let r = run_step(shared, true, None, move |s| async move {
@@ -359,18 +354,9 @@ async fn route<P: Podman + 'static>(
             Ok(json(StatusCode::OK, &r))
         }
         (Method::GET, ["v1", "leases", lease, "output"]) => {
-            let tail = req
-                .uri()
-                .query()
-                .unwrap_or_default()
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("tail="))
-                .map(|t| {
-                    t.parse::<usize>()
-                        .map_err(|_| ApiError::BadRequest(format!("tail={t:?}: a number of bytes")))
-                })
-                .transpose()?
-                .unwrap_or(crate::service::OUTPUT_TAIL_DEFAULT);
+            let tail =
+                gpuq_protocol::tail_param(req.uri().query(), crate::service::OUTPUT_TAIL_DEFAULT)
+                    .map_err(ApiError::BadRequest)?;
             Ok(json(StatusCode::OK, &svc.output(lease, tail).await?))
         }
         (Method::GET, ["v1", "leases", lease, "logs"]) => {

@@ -387,24 +387,11 @@ impl<P: Podman> NodeService<P> {
             match report {
                 Ok(r) => {
                     for d in &r.devices {
-                        match (&d.device, d.passed()) {
-                            (Some(seen), true) if seen.size_bytes.is_some() => {
-                                devices.push(LeaseDevice {
-                                    // How the allowlist identifies it…
-                                    serial: d.entry.serial.clone(),
-                                    pci: d.entry.pci.clone(),
-                                    loop_backing_file: d
-                                        .entry
-                                        .loop_backing_file
-                                        .as_ref()
-                                        .map(|p| p.display().to_string()),
-                                    // …and what it was found to be.
-                                    nsid: seen.nsid,
-                                    model: seen.model.clone(),
-                                    size_bytes: seen.size_bytes.unwrap_or_default(),
-                                })
-                            }
-                            (_, true) => find(
+                        // How the allowlist identifies it, and what it was
+                        // found to be.
+                        match (crate::claim::device_of(d), d.passed()) {
+                            (Some(found), true) => devices.push(found),
+                            (None, true) => find(
                                 "check_failed",
                                 format!(
                                     "{}: passed, but its identity was not read",

@@ -50,6 +50,25 @@ pub mod routes {
     pub const USAGE: &str = "/v1/usage";
 }
 
+/// The value of `key` in a request's query string (`a=1&tail=200`), as
+/// sent (gpuq's own clients send plain values: numbers, names).
+pub fn query_param<'a>(query: Option<&'a str>, key: &str) -> Option<&'a str> {
+    query?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// `tail=BYTES` of a query string: `default` when absent, an error line
+/// when it is not a number.
+pub fn tail_param(query: Option<&str>, default: usize) -> Result<usize, String> {
+    match query_param(query, "tail") {
+        None => Ok(default),
+        Some(t) => t
+            .parse()
+            .map_err(|_| format!("tail={t:?}: give a number of bytes")),
+    }
+}
+
 /// A job's number, unique for the life of the broker's store, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -380,6 +399,20 @@ pub struct ErrorBody {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn query_params_are_found_by_their_whole_key_and_a_bad_tail_is_one_line() {
+        use super::{query_param, tail_param};
+        let q = Some("mytail=5&tail=200&profile=inst1");
+        assert_eq!(query_param(q, "tail"), Some("200"));
+        assert_eq!(query_param(q, "profile"), Some("inst1"));
+        assert_eq!(query_param(q, "ail"), None);
+        assert_eq!(query_param(None, "tail"), None);
+        assert_eq!(tail_param(q, 7), Ok(200));
+        assert_eq!(tail_param(Some("x=1"), 7), Ok(7));
+        let e = tail_param(Some("tail=-1"), 7).unwrap_err();
+        assert!(e.contains("number of bytes") && !e.contains('\n'), "{e}");
+    }
+
     use super::*;
 
     #[test]
