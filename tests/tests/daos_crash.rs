@@ -510,3 +510,60 @@ fn a_frozen_podman_service_during_cleanup_holds_the_lease_naming_host_and_step_u
     s.expect_end(next, "completed", 60);
     s.assert_clean();
 }
+
+/// `gpuq activate --execute` (#17): the broker dies (`abort`, as `kill -9`)
+/// right after it wrote the `activating` hold and before any node was
+/// asked. The restarted broker keeps the hold — a plain job stays queued,
+/// `recover` refuses and points at the activation — no node was claimed,
+/// and running the activation again resumes it under its first name,
+/// claims all four and releases the hold; the queued job then runs.
+#[test]
+fn a_broker_that_dies_after_writing_the_activation_hold_keeps_it_until_the_activation_is_run_again()
+{
+    require_cluster_env!();
+    require_env!();
+    let mut s = Site::up_with("dj-actcrash", Some(crash_broker()));
+    let rw = s.b.workdir(None, "root");
+    let claim = |n: &str| s.c.dir().join(n).join("jobs/claim.json");
+    let _ = s.b.terminate();
+    s.b.env = vec![("GPUQ_CRASH_AT".into(), "activation_held".to_string())];
+    s.b.spawn();
+    let r =
+        s.b.gpuq(ROOT, &["activate", "--execute", "--destroy-existing-data"]);
+    assert!(!r.status.success(), "{}", stdout(&r));
+    let died = eventually(30, || s.b.pid().is_none_or(|p| !alive(p as i32)));
+    assert!(died, "the broker did not abort:\n{}", s.b.broker_log());
+    s.b.kill9();
+    let b: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.state().join("blocked.json")).unwrap()).unwrap();
+    assert_eq!(b["kind"], "activating", "{b}");
+    let name = b["lease"].as_str().unwrap().to_string();
+    for n in NODES {
+        assert!(!claim(n).exists(), "{n} claimed before any node was asked");
+    }
+    // Restarted: the hold stays, every job waits, recover refuses.
+    s.b.env.clear();
+    s.b.spawn();
+    let next = s.b.submit(ROOT, &rw, &["--", "true"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(s.b.state(next), "queued");
+    let r = s.b.gpuq(ROOT, &["recover"]);
+    assert!(
+        !r.status.success() && stderr(&r).contains("gpuq activate --execute"),
+        "{}",
+        stderr(&r)
+    );
+    // Run again: the same activation, finished.
+    let r = s.b.gpuq(
+        ROOT,
+        &["activate", "--execute", "--destroy-existing-data", "--json"],
+    );
+    assert!(r.status.success(), "{}{}", stdout(&r), stderr(&r));
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["activation"], name.as_str(), "{v}");
+    for n in NODES {
+        assert!(claim(n).exists(), "{n} not claimed: {v}");
+    }
+    assert!(!s.state().join("blocked.json").exists());
+    s.expect_end(next, "completed", 60);
+}

@@ -1382,6 +1382,7 @@ impl Broker {
             }
             daos.begin_activation(&format!("activation-{}", now()))?
         };
+        crash_point("activation_held");
         tracing::warn!(activation = %hold.lease, by = %who(peer), "activation: stopping the nodes' DAOS units and discarding their devices");
         let r = daos.activate(&hold).await;
         self.wake.notify_one();
