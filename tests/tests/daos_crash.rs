@@ -79,16 +79,12 @@ fn a_broker_that_dies_at_any_lifecycle_step_holds_or_carries_on_and_the_nodes_en
             s.b.broker_log()
         );
         s.b.kill9(); // only reaps it: it is gone already
-                     // Before `dmg system stop`, the admin container it runs in is
-                     // killed (as by a reboot) or removed while no broker runs: the
-                     // restarted one makes it again.
-        let admin_gone = match *step {
-            "before_stop_agent" => Some("killed"),
-            "before_system_stop" => Some("removed"),
-            _ => None,
-        };
-        if let Some(how) = admin_gone {
-            end_admin(&s, how);
+                     // Before `dmg system stop`, cxl2's files of the lease go
+                     // while no broker runs (as its /run would in a reboot):
+                     // `dmg` runs on the dmg node, which keeps what it needs.
+        let files_gone = matches!(*step, "before_stop_agent" | "before_system_stop");
+        if files_gone {
+            lose_host_files(&s);
         }
         // Back without the crash point.
         s.b.env.clear();
@@ -147,11 +143,11 @@ fn a_broker_that_dies_at_any_lifecycle_step_holds_or_carries_on_and_the_nodes_en
             "{step}: next started before the DAOS job ended"
         );
         s.expect_end(next, "completed", 60);
-        if let Some(how) = admin_gone {
+        if files_gone {
             let log = s.log(daos);
             assert!(
                 log.contains("cleanup system_stop: 4 rank(s) stopped"),
-                "{step}: admin {how}: {log}"
+                "{step}: cxl2's lease files gone: {log}"
             );
         }
         s.assert_clean();
@@ -333,36 +329,15 @@ fn a_restarted_broker_whose_config_lost_the_leases_profile_holds_it_and_touches_
     s.assert_clean();
 }
 
-/// Kill (`how` = "killed") or remove the lease's admin container on cxl2.
-fn end_admin(s: &Site, how: &str) {
-    let admin = s
-        .containers("cxl2")
-        .into_iter()
-        .filter_map(|c| c.split(' ').next().map(str::to_string))
-        .find(|n| n.ends_with("-admin"))
-        .unwrap_or_else(|| panic!("no admin container on cxl2: {:?}", s.containers("cxl2")));
-    let (method, path) = match how {
-        "killed" => (
-            "POST",
-            format!("/v4.0.0/libpod/containers/{admin}/kill?signal=KILL"),
-        ),
-        _ => (
-            "DELETE",
-            format!("/v4.0.0/libpod/containers/{admin}?force=true"),
-        ),
-    };
-    let (code, body) = s.c.http(&s.c.podman_sock("cxl2"), method, &path, None);
-    assert!(code < 300, "{how} {admin}: {code} {body}");
-    if how == "killed" {
-        assert!(
-            eventually(10, || s
-                .containers("cxl2")
-                .iter()
-                .any(|c| c.starts_with(&admin) && !c.contains("running"))),
-            "{admin} still runs: {:?}",
-            s.containers("cxl2")
-        );
-    }
+/// Remove cxl2's directory of the active lease (`<run_dir>/<lease>/`).
+fn lose_host_files(s: &Site) {
+    let lease = s.active_lease().expect("an active lease")["lease"]
+        .as_str()
+        .expect("its name")
+        .to_string();
+    let dir = s.b.path("daos").join(&lease);
+    assert!(dir.is_dir(), "no {}", dir.display());
+    std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("remove {}: {e}", dir.display()));
 }
 
 #[test]

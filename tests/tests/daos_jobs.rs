@@ -40,7 +40,8 @@ fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_j
     }
     assert!(st["lease"].is_null() && st["hold"].is_null(), "{st}");
     let script = format!(
-        "echo SYSTEM=$DAOS_SYSTEM; echo PROFILE_VAR=$GPUQ_TEST_PROFILE_VAR; \
+        "while [ ! -e go ]; do sleep 0.2; done; \
+         echo SYSTEM=$DAOS_SYSTEM; echo PROFILE_VAR=$GPUQ_TEST_PROFILE_VAR; \
          echo POOL=${{DAOS_POOL:-unset}}; echo AGENT=$DAOS_AGENT_DRPC_DIR; \
          test -S \"$DAOS_AGENT_DRPC_DIR/daos_agent.sock\" && echo AGENT_SOCKET=yes; \
          {} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > query.json",
@@ -68,9 +69,49 @@ fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_j
             &format!("test -e {state}/active.json && echo DIRTY || echo CLEAN"),
         ],
     );
+    // While the job runs: cxl2 holds the agent and no other container of
+    // the lease (`dmg` runs in da1's server container), and only da1 has
+    // the lease's dmg access, root's alone.
+    s.b.wait_state(id, "running", 60);
+    assert!(
+        eventually(60, || s.log(id).contains("starting the job")),
+        "{}",
+        s.log(id)
+    );
+    let lease = s.active_lease().expect("the job's lease")["lease"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let on_cxl2: Vec<String> = s
+        .containers("cxl2")
+        .into_iter()
+        .filter(|c| c.contains(&lease))
+        .collect();
+    assert_eq!(
+        on_cxl2,
+        vec![format!("gpuq-{lease}-agent running")],
+        "one container of the lease on cxl2"
+    );
+    let admin_dir = |n: &str| s.c.dir().join(n).join("jobs").join(&lease).join("admin");
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(admin_dir("da1")).expect("da1's dmg access");
+    assert!(
+        m.is_dir() && m.mode() & 0o7777 == 0o700 && m.uid() == 0,
+        "{m:?}"
+    );
+    let key = std::fs::metadata(admin_dir("da1").join("admin.key")).unwrap();
+    assert_eq!(key.mode() & 0o7777, 0o400);
+    for n in ["da2", "da3", "da4"] {
+        assert!(!admin_dir(n).exists(), "{n} has dmg access");
+    }
+    std::fs::write(w.join("go"), "").unwrap();
     let j = s.b.wait_state(id, "completed", 120);
     assert_eq!(j["exit_code"], 0);
     s.b.wait_state(next, "completed", 120);
+    assert!(
+        !admin_dir("da1").exists(),
+        "the wipe removes da1's dmg access"
+    );
     assert!(
         s.log(next).contains("CLEAN"),
         "the next job started before the release: {}",

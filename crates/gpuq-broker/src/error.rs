@@ -170,11 +170,11 @@ mod tests {
             "node links are not up, nothing was started: da2: refused; da4: timed out"
         );
         let e = ApiError::from(DaosError::Host {
-            step: gpuq_lifecycle::PrepareStep::Admin,
+            step: gpuq_lifecycle::PrepareStep::Files,
             source: Box::new(gpuq_lifecycle::HostError::Stopped),
         });
         assert!(
-            e.body().error.starts_with("admin container: stopped"),
+            e.body().error.starts_with("lease files: stopped"),
             "{}",
             e.body().error
         );

@@ -16,7 +16,7 @@ use crate::{Lifecycle, LifecycleError, LocalSteps, Node};
 use gpuq_lease::{Lease, LeaseError, LeaseStore, Phase};
 use gpuq_nodelink::{LinkConfig, NodeLinks, Timings};
 use gpuq_podman::ImageId;
-use gpuq_protocol::node::ServerTls;
+use gpuq_protocol::node::{DmgAccess, ServerTls};
 use hyper::Method;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -99,7 +99,7 @@ impl Daos {
         let p = self
             .profile(profile)
             .ok_or_else(|| DaosError::UnknownProfile(profile.to_string()))?;
-        Ok(Host::new(
+        let host = Host::new(
             self.cfg.podman_socket.clone(),
             self.cfg.run_dir.clone(),
             HostProfile {
@@ -120,7 +120,20 @@ impl Daos {
                 env: p.env.clone(),
                 deadlines: self.cfg.deadlines,
             },
-        ))
+        );
+        Ok(match self.dmg_node() {
+            Some(n) => host.with_dmg_node(n),
+            None => host,
+        })
+    }
+
+    /// The node whose server container runs the lease's `dmg`: the first
+    /// configured (as the original ran `dmg` over ssh on a storage node).
+    fn dmg_node(&self) -> Option<Node> {
+        self.links
+            .links()
+            .first()
+            .map(|l| Node::new(l.name(), l.sockets().node_sock))
     }
 
     /// The lifecycle of a lease of `profile`: its nodes, replicas,
@@ -144,6 +157,7 @@ impl Daos {
             replicas,
             deadlines: self.cfg.deadlines,
             tls: None,
+            dmg: None,
             host: Some(host),
         })
     }
@@ -252,29 +266,31 @@ impl Daos {
             key: certs.server.key.clone(),
             agent_cert: certs.agent.cert.clone(),
         });
-        // The admin container (this host) comes up while the nodes start
-        // their servers.
+        // The dmg node's server container runs the lease's `dmg`: it gets
+        // the lease's control config and admin certificate with its start.
+        let dmg_node = host.dmg.as_ref().map(|n| n.name.clone());
+        if let (Some(node), Some(p)) = (dmg_node, self.profile(profile)) {
+            lc.dmg = Some((
+                node,
+                DmgAccess {
+                    system: p.system.clone(),
+                    hostlist: self.cfg.nodes.iter().map(|n| n.address.clone()).collect(),
+                    admin_cert: certs.admin.cert.clone(),
+                    admin_key: certs.admin.key.clone(),
+                },
+            ));
+        }
+        // This host's files (configs, the owner's certificates, the
+        // agent's directory) before the servers start: nothing waits on
+        // them but the agent.
         let t = std::time::Instant::now();
+        let files = host.prepare_files(lease, &certs, owner_uid);
+        local.timed("prepare", "files", t.elapsed().as_secs_f64(), files.is_ok());
+        let f = files.map_err(DaosError::host(PrepareStep::Files))?;
+        step("files", t, &f);
         // A stop leaves the nodes' start calls to finish on their own: each
         // node does one step at a time, so the cleanup's stop waits for them.
-        let (started, admin) = tokio::join!(
-            unless_stopped(host, lc.start_servers(&mut l, local)),
-            host.prepare_admin(lease, &certs, owner_uid)
-        );
-        let awaiting_format = match started.and_then(|r| r.map_err(DaosError::from)) {
-            Ok(a) => a,
-            Err(e) => {
-                // The failed start cleaned the lease up; its admin container
-                // may have come up after that cleanup looked.
-                if let Err(d) = host.discard_admin(lease).await {
-                    tracing::warn!(lease, "removing the admin container: {d}");
-                }
-                return Err(e);
-            }
-        };
-        local.timed("prepare", "admin", t.elapsed().as_secs_f64(), admin.is_ok());
-        let a = admin.map_err(DaosError::host(PrepareStep::Admin))?;
-        step("admin", t, &format!("{a} up"));
+        let awaiting_format = unless_stopped(host, lc.start_servers(&mut l, local)).await??;
         // The agent starts while the system is formatted and its ranks join:
         // daos_agent contacts the servers only for a client's first
         // GetAttachInfo (DAOS src/control/cmd/daos_agent/start.go), and the

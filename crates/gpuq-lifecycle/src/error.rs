@@ -50,13 +50,17 @@ pub enum HostError {
     /// The lease's certificates (generated or installed).
     #[error(transparent)]
     Certs(#[from] gpuq_leasecert::CertError),
-    /// `dmg ARGS` could not be run in the admin container.
-    #[error("dmg {args}: {source}")]
+    /// `dmg ARGS` could not be run on the lease's dmg node `node`.
+    #[error("dmg {args} on {node}: {source}")]
     Dmg {
+        node: String,
         args: String,
         #[source]
-        source: Box<gpuq_podman::Error>,
+        source: Box<gpuq_client::ClientError>,
     },
+    /// A lifecycle without a dmg node was asked to run `dmg ARGS`.
+    #[error("dmg {args}: this lifecycle has no dmg node")]
+    NoDmgNode { args: String },
     /// `dmg ARGS` ran but printed no JSON envelope.
     #[error("dmg {args} exited {exit} without a JSON envelope ({parse}): {stderr}")]
     DmgOutput {
@@ -83,6 +87,7 @@ impl HostError {
     pub fn node(&self) -> Option<&str> {
         match self {
             HostError::Daos { node, .. } => node.as_deref(),
+            HostError::Dmg { node, .. } => Some(node),
             _ => None,
         }
     }
@@ -103,7 +108,7 @@ pub enum PrepareStep {
     Preflight,
     Certificates,
     StartServers,
-    Admin,
+    Files,
     Format,
     Join,
     Agent,
@@ -117,7 +122,7 @@ impl PrepareStep {
             PrepareStep::Preflight => "preflight",
             PrepareStep::Certificates => "certificates",
             PrepareStep::StartServers => "start_servers",
-            PrepareStep::Admin => "admin",
+            PrepareStep::Files => "files",
             PrepareStep::Format => "format",
             PrepareStep::Join => "join",
             PrepareStep::Agent => "agent",
@@ -130,7 +135,7 @@ impl std::fmt::Display for PrepareStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The words the job log has always used.
         f.write_str(match self {
-            PrepareStep::Admin => "admin container",
+            PrepareStep::Files => "lease files",
             other => other.as_str(),
         })
     }

@@ -1,7 +1,10 @@
-//! The GPU host's part of a lease, through the host's own Podman API:
-//! the admin container that runs `dmg` (format, join poll, system stop),
-//! the agent container, the spec of every `gpuq daos-exec` session's client
-//! container, and removing client containers at cleanup.
+//! The GPU host's part of a lease, through the host's own Podman API: the
+//! agent container, the spec of every `gpuq daos-exec` session's client
+//! container, and removing client containers at cleanup; and the lease's
+//! `dmg` (format, join poll, system stop), which runs in the server
+//! container of the lease's dmg node, asked over that node's link
+//! (gpuq-nodesvc's `dmg` module): a lease makes no container of its own on
+//! this host for it.
 //!
 //! Every container is created from the profile's pinned image ID and
 //! labelled with the lease and its role, so cleanup finds exactly this
@@ -12,21 +15,23 @@
 //! | --- | --- | --- | --- |
 //! | `daos_control.yml` | root 0644 | the job's dmg config (`DAOS_CONTROL_CONFIG`): names the files in `user/` | client containers (same path, read-only) |
 //! | `user/` | the job's owner, 0500 | `daosCA.crt`, `admin.crt` (0444), `admin.key` (0400) | client containers (same path, read-only) |
-//! | `admin/` | root 0700 | `daos_control.yml`, `daosCA.crt`, `admin.crt`, `admin.key` (0400) | the admin container at `/etc/daos` (read-only) |
 //! | `agent-etc/` | root 0700 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
 //! | `agent/` | root 0755 | the agent's socket | agent and client containers |
 //!
 //! The certificates are the lease's own (gpuq-leasecert): no other user
 //! can enter `user/`, so no other user's dmg can present the admin
-//! certificate to this lease's servers.
+//! certificate to this lease's servers. The broker's own copy of the admin
+//! certificate goes to the dmg node only (its `<lease_dir>/admin/`, root
+//! 0700, mounted read-only in that node's server container).
 
 use crate::error::HostError;
+use crate::nodes::{call_all, Node, Retry};
 use gpuq_daosconf::{AgentConfig, ControlConfig, Transport};
 use gpuq_leasecert::LeaseCerts;
 use gpuq_podman::{
-    lease_labels, ContainerSpec, ExecSpec, ImageId, LabelFilter, LibpodClient, LogStream, Mount,
-    Namespace, Podman, Role,
+    lease_labels, ContainerSpec, ImageId, LabelFilter, LibpodClient, Mount, Namespace, Podman, Role,
 };
+use gpuq_protocol::node::{DmgCommand, DmgReply, DmgRequest};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -34,7 +39,7 @@ use std::time::{Duration, Instant};
 /// What the GPU host needs to know about the DAOS system of a profile.
 #[derive(Debug, Clone)]
 pub struct HostProfile {
-    /// The profile's pinned image (servers, admin and agent use the same).
+    /// The profile's pinned image (servers and agent use the same).
     pub image: ImageId,
     /// The DAOS system name the servers render (`name:`).
     pub system: String,
@@ -48,8 +53,9 @@ pub struct HostProfile {
     pub join_timeout: Duration,
     /// Extra variables for the job's environment.
     pub env: Vec<(String, String)>,
-    /// Every Podman request here has `deadlines.request`; `dmg storage
-    /// format` has `deadlines.format`, `dmg system stop` `deadlines.stop`.
+    /// Every Podman request here and every `dmg system query` has
+    /// `deadlines.request`; `dmg storage format` has `deadlines.format`,
+    /// `dmg system stop` `deadlines.stop`.
     pub deadlines: crate::Deadlines,
 }
 
@@ -61,6 +67,9 @@ pub struct Host {
     /// Root-owned directory for per-lease files (`<run_dir>/<lease>/`).
     pub run_dir: PathBuf,
     pub profile: HostProfile,
+    /// The node whose server container runs the lease's `dmg` (the
+    /// first configured); `None`: no `dmg` (a lifecycle of this host alone).
+    pub dmg: Option<Node>,
     /// Set when the job is cancelled or times out while its system is
     /// prepared: the waits end at once, a Podman call in flight completes
     /// (so the cleanup that follows sees what it made). See [`Host::pause`].
@@ -71,14 +80,16 @@ pub struct Host {
 }
 
 const ETC_IN: &str = "/etc/daos";
-const CONTROL_IN: &str = "/etc/daos/daos_control.yml";
 const AGENT_CONF_IN: &str = "/etc/daos/daos_agent.yml";
 const AGENT_DIR_IN: &str = "/var/run/daos_agent";
 /// The pause between two polls of the join (and of "format required").
-/// Each poll is one `dmg` exec, itself ~100 ms of Podman and runc on the
-/// test machine: the pause only keeps a slow system from being asked back
-/// to back.
+/// Each poll is one `dmg` exec on the dmg node, itself ~100 ms of Podman
+/// and runc on the test machine: the pause only keeps a slow system from
+/// being asked back to back.
 const POLL: Duration = Duration::from_millis(20);
+/// How long a node's answer to a `dmg` may take beyond the command's own
+/// deadline (the link, the node's exec set-up).
+const DMG_MARGIN: Duration = Duration::from_secs(10);
 /// How long the agent has after SIGTERM before SIGKILL.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
 
@@ -88,9 +99,16 @@ impl Host {
             podman_socket,
             run_dir,
             profile,
+            dmg: None,
             stop: None,
             client: Default::default(),
         }
+    }
+
+    /// This host with `node` as the lease's dmg node.
+    pub fn with_dmg_node(mut self, node: Node) -> Self {
+        self.dmg = Some(node);
+        self
     }
 
     pub fn lease_dir(&self, lease: &str) -> PathBuf {
@@ -107,9 +125,6 @@ impl Host {
     /// The agent's socket directory on the host (for `DAOS_AGENT_DRPC_DIR`).
     pub fn agent_dir(&self, lease: &str) -> PathBuf {
         self.lease_dir(lease).join("agent")
-    }
-    fn admin_name(lease: &str) -> String {
-        format!("gpuq-{lease}-admin")
     }
     fn agent_name(lease: &str) -> String {
         format!("gpuq-{lease}-agent")
@@ -230,7 +245,6 @@ impl Host {
             detail: e.to_string(),
         })?;
         let user = self.user_cert_dir(lease);
-        let admin_control = control(ETC_IN)?;
         let user_control = control(&user.display().to_string())?;
         use gpuq_leasecert::{CERT_MODE, KEY_MODE};
         // A directory left by an earlier attempt is replaced (its parent is
@@ -245,17 +259,6 @@ impl Host {
                 ],
                 (owner_uid, 0),
                 0o500,
-            ),
-            (
-                "admin",
-                vec![
-                    file("daos_control.yml", admin_control.as_bytes(), 0o444),
-                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
-                    file("admin.crt", certs.admin.cert.as_bytes(), CERT_MODE),
-                    file("admin.key", certs.admin.key.as_bytes(), KEY_MODE),
-                ],
-                (0, 0),
-                0o700,
             ),
             (
                 "agent-etc",
@@ -308,37 +311,8 @@ impl Host {
         spec
     }
 
-    /// The admin container (idle; `dmg` runs in it by exec). Created if
-    /// missing, started if stopped.
-    async fn admin(&self, pm: &LibpodClient, lease: &str) -> Result<String, HostError> {
-        let name = Self::admin_name(lease);
-        match pm.container_inspect(&name).await {
-            Ok(_) => {}
-            Err(e) if e.is_not_found() => {
-                let mut spec = self.base_spec(name.clone(), lease, Role::Admin);
-                // The admin's config and certificates (root's, 0700).
-                spec.mounts = vec![Mount::bind(
-                    self.lease_dir(lease).join("admin").display().to_string(),
-                    ETC_IN,
-                )
-                .read_only()];
-                // Neither image has an entrypoint: the command is the program.
-                spec.command = vec!["sleep".into(), "2147483647".into()];
-                pm.container_create(&spec)
-                    .await
-                    .map_err(container("create", &name))?;
-            }
-            Err(e) => return Err(container("inspect", &name)(e)),
-        }
-        pm.container_start(&name)
-            .await
-            .map_err(container("start", &name))?;
-        Ok(name)
-    }
-
-    /// Write the lease's files and create and start its admin container
-    /// (while the servers start: it does not need them).
-    pub async fn prepare_admin(
+    /// Write the lease's files on this host (see the module's table).
+    pub fn prepare_files(
         &self,
         lease: &str,
         certs: &LeaseCerts,
@@ -346,58 +320,65 @@ impl Host {
     ) -> Result<String, HostError> {
         self.check_stop()?;
         self.write_files(lease, certs, owner_uid)?;
-        let pm = self.podman().await?;
-        self.admin(&pm, lease).await
+        Ok(format!("{} written", self.lease_dir(lease).display()))
     }
 
-    /// Remove the admin container and the lease's files (a preparation that
-    /// failed after [`Host::prepare_admin`]).
-    pub async fn discard_admin(&self, lease: &str) -> Result<String, HostError> {
-        let r = self.remove_role(lease, Role::Admin, None).await?;
-        self.remove_files(lease)?;
-        Ok(r)
-    }
-
-    /// `dmg -j ARGS` in the admin container: the JSON envelope. The admin
-    /// container is made (or started) again only when it is missing or
-    /// stopped (a `recover` after a reboot); otherwise one exec.
-    async fn dmg(&self, pm: &LibpodClient, lease: &str, args: &[&str]) -> Result<Value, HostError> {
-        let admin = Self::admin_name(lease);
-        let mut cmd = vec!["dmg", "-o", CONTROL_IN, "-j"];
-        cmd.extend_from_slice(args);
-        let spec = ExecSpec::new(cmd);
-        let out = match pm.container_exec(&admin, &spec).await {
-            Err(e) if e.is_not_found() || matches!(e, gpuq_podman::Error::Conflict { .. }) => {
-                self.admin(pm, lease).await?;
-                pm.container_exec(&admin, &spec).await
-            }
-            r => r,
-        }
-        .map_err(|source| HostError::Dmg {
-            args: args.join(" "),
+    /// `dmg -j` with `command` in the dmg node's server container, within
+    /// `within`: the JSON envelope it printed.
+    async fn dmg(
+        &self,
+        lease: &str,
+        command: DmgCommand,
+        within: Duration,
+    ) -> Result<Value, HostError> {
+        let args = command.args().join(" ");
+        let Some(node) = &self.dmg else {
+            return Err(HostError::NoDmgNode { args });
+        };
+        let req = DmgRequest {
+            command,
+            within_secs: within.as_secs().max(1),
+        };
+        let body = serde_json::to_value(&req).ok();
+        let (_, reply) = call_all::<DmgReply>(
+            std::slice::from_ref(node),
+            within + DMG_MARGIN,
+            hyper::Method::POST,
+            &format!("/v1/leases/{lease}/dmg"),
+            body,
+            Retry::Refused,
+        )
+        .await
+        .pop()
+        .expect("one node asked, one answer");
+        let out = reply.map_err(|source| HostError::Dmg {
+            node: node.name.clone(),
+            args: args.clone(),
             source: Box::new(source),
         })?;
-        let stdout = out.output.stream(LogStream::Stdout);
-        serde_json::from_slice(&stdout).map_err(|e| HostError::DmgOutput {
-            args: args.join(" "),
+        serde_json::from_str(&out.stdout).map_err(|e| HostError::DmgOutput {
+            args,
             exit: out.exit_code,
             parse: e.to_string(),
-            stderr: String::from_utf8_lossy(&out.output.stream(LogStream::Stderr))
-                .trim()
-                .to_string(),
+            stderr: out.stderr.trim().to_string(),
         })
+    }
+
+    /// `dmg system query`, a small call.
+    async fn query(&self, lease: &str) -> Result<Value, HostError> {
+        self.dmg(
+            lease,
+            DmgCommand::SystemQuery,
+            self.profile.deadlines.request,
+        )
+        .await
     }
 
     /// `dmg system query` until the system says it needs a format (the
     /// servers need a moment to listen and reach "format required").
-    async fn await_format(
-        &self,
-        pm: &LibpodClient,
-        lease: &str,
-        deadline: Instant,
-    ) -> Result<(), HostError> {
+    async fn await_format(&self, lease: &str, deadline: Instant) -> Result<(), HostError> {
         loop {
-            let q = self.dmg(pm, lease, &["system", "query"]).await?;
+            let q = self.query(lease).await?;
             let err = q["error"].as_str().unwrap_or("");
             if err.contains("format required") || err.contains("uninitialized") {
                 return Ok(());
@@ -424,25 +405,28 @@ impl Host {
     /// system says it needs one.
     pub async fn format(&self, lease: &str, awaiting_format: bool) -> Result<String, HostError> {
         self.check_stop()?;
-        let pm = self.podman().await?;
         let deadline = Instant::now() + self.profile.join_timeout;
         if !awaiting_format {
-            self.await_format(&pm, lease, deadline).await?;
+            self.await_format(lease, deadline).await?;
         }
         // A real format takes a while (every SCM and NVMe device): its own
         // deadline instead of the small calls'.
-        let long = pm.with_request_timeout(Some(self.profile.deadlines.format));
-        let f = self.dmg(&long, lease, &["storage", "format"]).await?;
+        let f = self
+            .dmg(
+                lease,
+                DmgCommand::StorageFormat,
+                self.profile.deadlines.format,
+            )
+            .await?;
         format_reply(&f).map_err(|d| HostError::daos("format", d))
     }
 
     /// Poll `dmg system query` until exactly `ranks` members are joined.
     pub async fn wait_joined(&self, lease: &str, ranks: usize) -> Result<String, HostError> {
         self.check_stop()?;
-        let pm = self.podman().await?;
         let deadline = Instant::now() + self.profile.join_timeout;
         loop {
-            let q = self.dmg(&pm, lease, &["system", "query"]).await?;
+            let q = self.query(lease).await?;
             let members = q["response"]["members"]
                 .as_array()
                 .cloned()
@@ -672,46 +656,47 @@ impl Host {
             .await
     }
 
+    /// This host's part of the wipe, while the nodes wipe theirs (the
+    /// servers are stopped by then): the lease's files, and the admin
+    /// container a lease prepared by an earlier version made (an idle
+    /// `sleep`: killed at once; confirmed like every removal).
+    pub async fn remove_lease_files(&self, lease: &str) -> Result<String, HostError> {
+        let legacy = self.remove_role(lease, Role::Admin, None).await?;
+        self.remove_files(lease)?;
+        Ok(if legacy.starts_with("removed") {
+            format!("{legacy} (an earlier version's admin container), lease files removed")
+        } else {
+            "lease files removed".to_string()
+        })
+    }
+
     /// Cleanup step: `dmg system stop` (again with `--force` if a rank did
     /// not stop). A system that was never formatted, or whose servers no
-    /// longer answer, has nothing to stop: the server stop that follows
-    /// confirms. The admin container stays for [`Host::remove_admin`].
+    /// longer answer, has nothing to stop; so has one whose dmg node
+    /// refuses the command (it holds no such lease, or its server
+    /// container is not running, or the lease was started without dmg
+    /// access there): the nodes' server stop that follows stops and
+    /// confirms.
     pub async fn system_stop(&self, lease: &str) -> Result<String, HostError> {
-        if !self.control_config(lease).exists() {
-            // Never set up — or cxl2 restarted since: `run_dir` is under
-            // /run, and with it went the admin certificate `dmg` needs. The
-            // nodes' server stop that follows stops and confirms anyway.
-            return Ok(format!(
-                "no control config at {} (the system was never set up, or this host restarted since); the nodes' server stop confirms",
-                self.control_config(lease).display()
-            ));
-        }
-        let pm = self.podman().await?;
-        let long = pm.with_request_timeout(Some(self.profile.deadlines.stop));
-        self.stop_system(&long, lease).await
-    }
-
-    /// This host's part of the wipe, while the nodes wipe theirs (the
-    /// servers are stopped by then):
-    /// the admin container (an idle `sleep`: killed at once) and the
-    /// lease's files. Confirmed like every removal.
-    pub async fn remove_admin(&self, lease: &str) -> Result<String, HostError> {
-        let r = self.remove_role(lease, Role::Admin, None).await?;
-        self.remove_files(lease)?;
-        Ok(format!("{r}, lease files removed"))
-    }
-
-    async fn stop_system(&self, pm: &LibpodClient, lease: &str) -> Result<String, HostError> {
         let mut last = String::new();
         // The node of the first rank that would not stop (the hold names it).
         let mut last_node = None;
-        for force in [false, true] {
-            let args: &[&str] = if force {
-                &["system", "stop", "--force"]
-            } else {
-                &["system", "stop"]
+        for command in [DmgCommand::SystemStop, DmgCommand::SystemStopForce] {
+            let force = command == DmgCommand::SystemStopForce;
+            let r = match self.dmg(lease, command, self.profile.deadlines.stop).await {
+                Ok(r) => r,
+                Err(HostError::NoDmgNode { .. }) => {
+                    return Ok(
+                        "no dmg node in this lifecycle; the nodes' server stop confirms".into(),
+                    )
+                }
+                Err(HostError::Dmg { node, source, .. }) if refused(&source) => {
+                    return Ok(format!(
+                        "{node} runs no dmg for this lease ({source}); the nodes' server stop confirms"
+                    ))
+                }
+                Err(e) => return Err(e),
             };
-            let r = self.dmg(pm, lease, args).await?;
             if let Some(e) = r["error"].as_str() {
                 if e.contains("uninitialized") || e.contains("format required") {
                     return Ok("never formatted: nothing to stop".into());
@@ -917,6 +902,11 @@ fn format_reply(f: &Value) -> Result<String, String> {
 
 /// Text from dmg on one line: control characters (a newline in an error
 /// message) shown escaped.
+/// The node answered and refused (HTTP 409): it ran nothing.
+fn refused(e: &gpuq_client::ClientError) -> bool {
+    matches!(e, gpuq_client::ClientError::Api { status, .. } if *status == hyper::StatusCode::CONFLICT)
+}
+
 fn one_line(s: &str) -> String {
     let mut out = String::new();
     for c in s.trim().chars() {

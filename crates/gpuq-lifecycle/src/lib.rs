@@ -20,11 +20,11 @@ pub mod nodes;
 
 pub use error::{DaosError, HostError, PrepareStep};
 pub use nodes::Node;
-use nodes::{call_all, Retry};
+use nodes::{call_all, call_each, Retry};
 
 use gpuq_lease::{CleanupStep, Lease, LeaseError, LeaseStore, Phase};
 use gpuq_protocol::node::{
-    PreflightReport, PreflightRequest, ServerTls, StartReport, StartRequest, StepReport,
+    DmgAccess, PreflightReport, PreflightRequest, ServerTls, StartReport, StartRequest, StepReport,
 };
 use hyper::Method;
 use std::time::Duration;
@@ -209,7 +209,11 @@ pub struct Lifecycle {
     /// passed to every node's start (its control port then requires mutual
     /// TLS); see gpuq-leasecert.
     pub tls: Option<ServerTls>,
-    /// This host's part of the lease (admin, agent and client containers,
+    /// The node that runs the broker's `dmg` in its server container, and
+    /// what it needs for that (sent in that node's start only; see
+    /// gpuq-nodesvc's `dmg` module).
+    pub dmg: Option<(String, DmgAccess)>,
+    /// This host's part of the lease (agent and client containers,
     /// the lease's files): the cleanup's `remove_clients`, `stop_agent`,
     /// `system_stop` and its part of `wipe`. `None`: a lifecycle of the
     /// nodes alone (its host steps confirm that there is nothing).
@@ -322,17 +326,25 @@ impl Lifecycle {
         let lease = l.lease.clone();
         let lease = lease.as_str();
         let t = std::time::Instant::now();
-        let start = StartRequest {
-            profile: self.profile.clone(),
-            replicas: self.replicas.clone(),
-            tls: self.tls.clone(),
+        let start = |node: &str| {
+            let dmg = self
+                .dmg
+                .as_ref()
+                .filter(|(n, _)| n == node)
+                .map(|(_, a)| a.clone());
+            Some(json(&StartRequest {
+                profile: self.profile.clone(),
+                replicas: self.replicas.clone(),
+                tls: self.tls.clone(),
+                dmg,
+            }))
         };
-        let started = call_all::<StartReport>(
+        let started = call_each::<StartReport>(
             &self.nodes,
             self.deadlines.start,
             Method::POST,
             &format!("/v1/leases/{lease}/start"),
-            Some(json(&start)),
+            &start,
             Retry::Refused,
         )
         .await;
@@ -404,8 +416,7 @@ impl Lifecycle {
 
     /// What this host does while a step runs: the agent's container goes
     /// while `dmg system stop` runs (its process is gone: `stop_agent`
-    /// confirmed it), the admin container and the lease's files while the
-    /// nodes wipe (after the servers are stopped: the removal competed
+    /// confirmed it), the lease's files while the nodes wipe (after the servers are stopped: the removal competed
     /// with theirs).
     async fn host_alongside(
         &self,
@@ -417,7 +428,7 @@ impl Lifecycle {
         };
         match step {
             CleanupStep::SystemStop => Ok(Some(host.remove_agent(&l.lease).await?)),
-            CleanupStep::Wipe => Ok(Some(host.remove_admin(&l.lease).await?)),
+            CleanupStep::Wipe => Ok(Some(host.remove_lease_files(&l.lease).await?)),
             _ => Ok(None),
         }
     }

@@ -58,7 +58,23 @@ pub async fn call_all<T>(
 where
     T: serde::de::DeserializeOwned + Send + 'static,
 {
-    let mut res = once(nodes, deadline, &method, path, &body).await;
+    call_each(nodes, deadline, method, path, &|_| body.clone(), retry).await
+}
+
+/// [`call_all`] with each node's own body, `body_of(node name)` (the
+/// start: only the broker's dmg node gets the lease's dmg access).
+pub async fn call_each<T>(
+    nodes: &[Node],
+    deadline: Duration,
+    method: Method,
+    path: &str,
+    body_of: &(dyn Fn(&str) -> Option<serde_json::Value> + Sync),
+    retry: Retry,
+) -> Vec<(String, Result<T, ClientError>)>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    let mut res = once(nodes, deadline, &method, path, body_of).await;
     if retry == Retry::Never {
         return res;
     }
@@ -72,7 +88,7 @@ where
             break;
         }
         tokio::time::sleep(CONNECT_RETRY_DELAY).await;
-        for (name, r) in once(&refused, deadline, &method, path, &body).await {
+        for (name, r) in once(&refused, deadline, &method, path, body_of).await {
             if let Some(slot) = res.iter_mut().find(|(n, _)| *n == name) {
                 slot.1 = r;
             }
@@ -90,7 +106,7 @@ async fn once<T>(
     deadline: Duration,
     method: &Method,
     path: &str,
-    body: &Option<serde_json::Value>,
+    body_of: &(dyn Fn(&str) -> Option<serde_json::Value> + Sync),
 ) -> Vec<(String, Result<T, ClientError>)>
 where
     T: serde::de::DeserializeOwned + Send + 'static,
@@ -102,7 +118,7 @@ where
                 n.client.clone(),
                 method.clone(),
                 path.to_string(),
-                body.clone(),
+                body_of(&n.name),
             );
             let call = async move {
                 client

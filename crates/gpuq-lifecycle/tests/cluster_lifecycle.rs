@@ -23,6 +23,7 @@ fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
     assert!(held.is_none());
     Lifecycle {
         tls: None,
+        dmg: None,
         store,
         nodes: NODES
             .iter()

@@ -14,6 +14,7 @@
 pub mod activation;
 pub mod audit;
 pub mod claim;
+pub mod dmg;
 pub mod evidence;
 pub mod procscan;
 pub mod profile;

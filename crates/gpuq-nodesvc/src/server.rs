@@ -18,8 +18,8 @@ use bytes::Bytes;
 use gpuq_podman::Podman;
 use gpuq_protocol::metrics::NodeMetrics;
 use gpuq_protocol::node::{
-    ActivationReport, ActivationRequest, Finding, PreflightReport, PreflightRequest, StartReport,
-    StartRequest, StepReport,
+    ActivationReport, ActivationRequest, DmgRequest, Finding, PreflightReport, PreflightRequest,
+    StartReport, StartRequest, StepReport,
 };
 use gpuq_protocol::{ErrorBody, ErrorCode};
 use http_body_util::{BodyExt, Full, Limited};
@@ -249,6 +249,7 @@ impl Findings for PreflightReport {
     }
 }
 impl Findings for StartReport {}
+impl Findings for gpuq_protocol::node::DmgReply {}
 impl Findings for StepReport {}
 impl Findings for gpuq_manifest::report::HostInstall {}
 impl Findings for gpuq_protocol::node::ActivationPlan {}
@@ -328,6 +329,17 @@ async fn route<P: Podman + 'static>(
             let lease = lease.to_string();
             let r = run_step(shared, true, Some("stop"), move |s| async move {
                 s.service.stop(&lease).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::POST, ["v1", "leases", lease, "dmg"]) => {
+            let lease = lease.to_string();
+            let body: DmgRequest = read_json(req).await?;
+            // One step at a time: never while this node starts, stops or
+            // wipes.
+            let r = run_step(shared, true, None, move |s| async move {
+                s.service.dmg(&lease, &body).await
             })
             .await?;
             Ok(json(StatusCode::OK, &r))

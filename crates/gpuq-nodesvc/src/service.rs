@@ -27,6 +27,7 @@
 //! succeeds and says so.
 
 use crate::audit;
+use crate::dmg;
 use crate::procscan;
 use crate::profile::{Mode, Profile, ServiceConfig};
 use crate::wipeplan::{self, Plan};
@@ -68,7 +69,7 @@ pub enum NodeError {
     Failed(String),
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
     let what = what.into();
     move |source| NodeError::Io { what, source }
 }
@@ -210,7 +211,7 @@ impl<P: Podman> NodeService<P> {
             .ok_or_else(|| NodeError::NoProfile(name.to_string()))
     }
 
-    fn check_lease(lease: &str) -> Result<(), NodeError> {
+    pub(crate) fn check_lease(lease: &str) -> Result<(), NodeError> {
         if valid_lease(lease) {
             Ok(())
         } else {
@@ -218,6 +219,11 @@ impl<P: Podman> NodeService<P> {
                 "lease name '{lease}' is not valid: 1-64 letters, digits, - and _"
             )))
         }
+    }
+
+    /// This node's Podman API.
+    pub(crate) fn podman(&self) -> &P {
+        &self.podman
     }
 
     pub(crate) async fn our_containers(
@@ -449,6 +455,11 @@ impl<P: Podman> NodeService<P> {
                 profile.name
             )));
         }
+        if req.dmg.is_some() && req.tls.is_none() {
+            return Err(NodeError::BadRequest(format!(
+                "lease {lease}: dmg access needs the lease's TLS certificates in the same request"
+            )));
+        }
         let (pre, ours, devices) = self
             .check(&PreflightRequest {
                 lease: lease.to_string(),
@@ -553,7 +564,19 @@ impl<P: Podman> NodeService<P> {
             Some(tls) => Some(write_server_certs(&lease_dir, tls)?),
             None => None,
         };
-        let spec = server_spec(lease, &profile, &config_path, &data_dir, certs.as_deref());
+        // The broker's dmg node: the lease's control config and admin
+        // certificate, for `dmg` in this server container (crate::dmg).
+        let admin = match (&req.dmg, &req.tls) {
+            (Some(access), Some(tls)) => {
+                Some(dmg::write_admin(&lease_dir, profile.port, tls, access)?)
+            }
+            _ => None,
+        };
+        let mut spec = server_spec(lease, &profile, &config_path, &data_dir, certs.as_deref());
+        if let Some(a) = admin {
+            spec.mounts
+                .push(Mount::bind(a.display().to_string(), dmg::ADMIN_IN).read_only());
+        }
         let result = async {
             let id = self.podman.container_create(&spec).await?;
             self.podman.container_start(&id).await?;
@@ -1030,9 +1053,11 @@ fn write_server_certs(lease_dir: &Path, tls: &ServerTls) -> Result<PathBuf, Node
     Ok(dir)
 }
 
-/// Remove the lease's certificates from its (kept) lease directory.
+/// Remove the lease's certificates (the server's, and the broker's dmg
+/// access on its dmg node) from its (kept) lease directory.
 fn remove_server_certs(lease_dir: &Path) -> Result<(), NodeError> {
-    remove_dir_within(&lease_dir.join("certs"), lease_dir)
+    remove_dir_within(&lease_dir.join("certs"), lease_dir)?;
+    remove_dir_within(&dmg::admin_dir(lease_dir), lease_dir)
 }
 
 /// The server container for `lease` under profile `p`.
@@ -1113,7 +1138,7 @@ fn server_spec(
 
 /// Remove `dir` recursively, but only if it is a real directory (not a
 /// symlink) directly inside `parent`. A missing `dir` is fine.
-fn remove_dir_within(dir: &Path, parent: &Path) -> Result<(), NodeError> {
+pub(crate) fn remove_dir_within(dir: &Path, parent: &Path) -> Result<(), NodeError> {
     if dir.parent() != Some(parent) {
         return Err(NodeError::Refused(format!(
             "refusing to remove {}: not directly inside {}",

@@ -78,6 +78,7 @@ fn start_req() -> StartRequest {
         profile: "test".into(),
         replicas: vec!["da1".into()],
         tls: None,
+        dmg: None,
     }
 }
 
@@ -414,6 +415,19 @@ fn curl(
     (code.trim().parse().unwrap_or(0), body.to_string())
 }
 
+/// How many exec sessions Podman has recorded for `container` (its own
+/// inspect's `ExecIDs`, read from the API socket without our client).
+async fn podman_execs(podman: &PodmanService, container: &str) -> usize {
+    let sock = podman.socket.clone();
+    let path = format!("/v4.0.0/libpod/containers/{container}/json");
+    let (code, body) = tokio::task::spawn_blocking(move || curl(&sock, None, "GET", &path, None))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "inspect {container}: {body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("inspect JSON");
+    v["ExecIDs"].as_array().map(Vec::len).unwrap_or(0)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_api_runs_a_lease_and_refuses_bad_input() {
     if !as_own_node("http_api_runs_a_lease_and_refuses_bad_input") {
@@ -473,6 +487,22 @@ async fn http_api_runs_a_lease_and_refuses_bad_input() {
         "a refused start changes nothing"
     );
 
+    // dmg access without the lease's certificates: refused before anything.
+    let (code, body) = call(
+        "POST",
+        "/v1/leases/L8/start",
+        Some(
+            r#"{"profile":"test","replicas":["da1"],"dmg":{"system":"daos_server","hostlist":["10.0.0.1"],"admin_cert":"c","admin_key":"k"}}"#,
+        ),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("dmg access needs the lease's TLS"), "{body}");
+    assert!(
+        !n.root.join("jobs/active-lease").exists() && !n.root.join("jobs/L8").exists(),
+        "a refused start changes nothing"
+    );
     let (code, body) = call(
         "POST",
         "/v1/leases/L8/start",
@@ -493,6 +523,44 @@ async fn http_api_runs_a_lease_and_refuses_bad_input() {
         logs = call("GET", "/v1/leases/L8/logs", None).await.unwrap().1;
     }
     assert!(logs.contains("server up"), "{logs}");
+    // dmg for the broker: one allowlisted command, for this node's lease,
+    // only where the start gave it access; every refusal runs nothing.
+    let dmg_refusals: [(&'static str, &'static str, u16, &str); 4] = [
+        (
+            "/v1/leases/L8/dmg",
+            r#"{"command":"system_query","within_secs":5}"#,
+            409,
+            "has no dmg access on node da1",
+        ),
+        (
+            "/v1/leases/L9/dmg",
+            r#"{"command":"system_query","within_secs":5}"#,
+            409,
+            "not this node's lease (L8 is)",
+        ),
+        (
+            "/v1/leases/L8/dmg",
+            r#"{"command":"system_query","within_secs":0}"#,
+            400,
+            "within_secs 0 is out of range",
+        ),
+        (
+            "/v1/leases/L8/dmg",
+            r#"{"command":"pool destroy","within_secs":5}"#,
+            400,
+            "malformed request body",
+        ),
+    ];
+    for (path, body, want, says) in dmg_refusals {
+        let (code, got) = call("POST", path, Some(body)).await.unwrap();
+        assert_eq!(code, want, "{path} {body}: {got}");
+        assert!(got.contains(says), "{path} {body}: {got}");
+    }
+    let execs = podman_execs(&podman, "gpuq-L8-server").await;
+    assert_eq!(
+        execs, 0,
+        "a refused dmg runs nothing in the server container"
+    );
     let (code, body) = call("POST", "/v1/leases/L8/wipe", None).await.unwrap();
     assert_eq!(code, 409, "wipe before stop: {body}");
     let (code, _) = call("POST", "/v1/leases/L8/stop", None).await.unwrap();

@@ -176,6 +176,12 @@ fn req(profile: &str) -> StartRequest {
             key: c.server.key.clone(),
             agent_cert: c.agent.cert.clone(),
         }),
+        dmg: Some(gpuq_protocol::node::DmgAccess {
+            system: "daos_server".into(),
+            hostlist: vec!["10.99.0.1".into()],
+            admin_cert: c.admin.cert.clone(),
+            admin_key: c.admin.key.clone(),
+        }),
     }
 }
 

@@ -598,6 +598,17 @@ impl Podman for LibpodClient {
         })
     }
 
+    async fn container_exec_within(
+        &self,
+        container: &str,
+        exec: &ExecSpec,
+        within: Duration,
+    ) -> Result<ExecOutput> {
+        self.with_request_timeout(Some(within))
+            .container_exec(container, exec)
+            .await
+    }
+
     async fn container_exec_attach(&self, container: &str, exec: &ExecSpec) -> Result<ExecAttach> {
         let t = ctr("container exec", container);
         let session = self.exec_create(container, exec, exec.stdin).await?;

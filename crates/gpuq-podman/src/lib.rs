@@ -151,6 +151,15 @@ pub trait Podman: Send + Sync {
         exec: &ExecSpec,
     ) -> impl Future<Output = Result<ExecOutput>> + Send;
 
+    /// [`Podman::container_exec`] with its own deadline `within` instead of
+    /// the client's (a `dmg storage format` may take minutes).
+    fn container_exec_within(
+        &self,
+        container: &str,
+        exec: &ExecSpec,
+        within: std::time::Duration,
+    ) -> impl Future<Output = Result<ExecOutput>> + Send;
+
     /// Starts a command in a running container with stdin attached (set
     /// `exec.stdin`) over an upgraded connection: write its stdin and read
     /// its output as it runs. Then [`Podman::exec_exit_code`].

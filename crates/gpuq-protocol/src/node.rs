@@ -3,8 +3,8 @@
 //!
 //! Routes: `GET /v1/status`, `POST /v1/preflight`,
 //! `POST /v1/leases/{lease}/start`, `POST /v1/leases/{lease}/stop`,
-//! `POST /v1/leases/{lease}/wipe`, `GET /v1/leases/{lease}/logs`,
-//! `GET /v1/install`, `GET /v1/metrics`.
+//! `POST /v1/leases/{lease}/wipe`, `POST /v1/leases/{lease}/dmg`,
+//! `GET /v1/leases/{lease}/logs`, `GET /v1/install`, `GET /v1/metrics`.
 
 use serde::{Deserialize, Serialize};
 
@@ -150,6 +150,87 @@ pub struct StartRequest {
     /// refused (gpuq's own broker always sends them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ServerTls>,
+    /// Sent to one node of the lease only (the broker's `dmg` node): what
+    /// its server container needs to run the broker's allowlisted `dmg`
+    /// commands ([`DmgCommand`]) for this lease. Needs `tls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dmg: Option<DmgAccess>,
+}
+
+/// What `dmg` needs on the node that runs it for the broker: the lease's
+/// control configuration (system name, every server's address) and its
+/// admin certificate and key. Written to `<lease_dir>/admin/` (0700 root),
+/// mounted read-only into that node's server container only, removed by
+/// the wipe.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmgAccess {
+    /// The DAOS system name (`name:` of the control config).
+    pub system: String,
+    /// Every server's address, in node order (`hostlist:`).
+    pub hostlist: Vec<String>,
+    /// `admin.crt`.
+    pub admin_cert: String,
+    /// `admin.key`.
+    pub admin_key: String,
+}
+
+impl std::fmt::Debug for DmgAccess {
+    // Never print the key (logs, panics).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DmgAccess {{ system: {:?}, hostlist: {:?}, admin_cert, admin_key: <private> }}",
+            self.system, self.hostlist
+        )
+    }
+}
+
+/// The `dmg` commands a node runs for the broker, and nothing else: a
+/// request names one of these, never an argument list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DmgCommand {
+    /// `dmg system query` (the format and join polls).
+    SystemQuery,
+    /// `dmg storage format`.
+    StorageFormat,
+    /// `dmg system stop`.
+    SystemStop,
+    /// `dmg system stop --force`.
+    SystemStopForce,
+}
+
+impl DmgCommand {
+    /// The arguments after `dmg -o CONFIG -j`.
+    pub fn args(self) -> &'static [&'static str] {
+        match self {
+            DmgCommand::SystemQuery => &["system", "query"],
+            DmgCommand::StorageFormat => &["storage", "format"],
+            DmgCommand::SystemStop => &["system", "stop"],
+            DmgCommand::SystemStopForce => &["system", "stop", "--force"],
+        }
+    }
+}
+
+/// `POST /v1/leases/{lease}/dmg`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DmgRequest {
+    pub command: DmgCommand,
+    /// How long the node lets the command run (1..=3600 s): the broker's
+    /// deadline for this step.
+    pub within_secs: u64,
+}
+
+/// What `dmg -j` printed in the lease's server container, and its exit
+/// status: the broker reads the JSON envelope from `stdout`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DmgReply {
+    pub node: String,
+    pub exit_code: i32,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// What a node's server needs of its lease's certificates (PEM). The
@@ -515,5 +596,27 @@ mod tests {
         }];
         let back: NodeLease = serde_json::from_slice(&serde_json::to_vec(&r).unwrap()).unwrap();
         assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_dmg_request_names_one_allowlisted_command_and_nothing_else() {
+        let r: DmgRequest =
+            serde_json::from_str(r#"{"command":"system_stop_force","within_secs":600}"#).unwrap();
+        assert_eq!(r.command.args(), ["system", "stop", "--force"]);
+        for bad in [
+            r#"{"command":"pool destroy","within_secs":5}"#,
+            r#"{"command":["system","query"],"within_secs":5}"#,
+            r#"{"command":"system_query","within_secs":5,"args":["-o","/x"]}"#,
+            r#"{"command":"system_query"}"#,
+        ] {
+            assert!(serde_json::from_str::<DmgRequest>(bad).is_err(), "{bad}");
+        }
+        let a = DmgAccess {
+            system: "daos_server".into(),
+            hostlist: vec!["10.0.0.1".into()],
+            admin_cert: "CERT".into(),
+            admin_key: "SECRET-KEY".into(),
+        };
+        assert!(!format!("{a:?}").contains("SECRET-KEY"));
     }
 }
