@@ -340,7 +340,7 @@ impl Host {
             within_secs: within.as_secs().max(1),
         };
         let body = serde_json::to_value(&req).ok();
-        let (_, reply) = call_all::<DmgReply>(
+        let reply = call_all::<DmgReply>(
             std::slice::from_ref(node),
             within + DMG_MARGIN,
             hyper::Method::POST,
@@ -350,7 +350,13 @@ impl Host {
         )
         .await
         .pop()
-        .expect("one node asked, one answer");
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| {
+            Err(gpuq_client::ClientError::Protocol {
+                socket: node.client.socket().to_path_buf(),
+                what: "no answer".into(),
+            })
+        });
         let out = reply.map_err(|source| HostError::Dmg {
             node: node.name.clone(),
             args: args.clone(),

@@ -120,7 +120,17 @@ impl<P: Podman> NodeService<P> {
                 &ExecSpec::new(cmd),
                 Duration::from_secs(req.within_secs),
             )
-            .await?;
+            .await
+            .map_err(|e| match e {
+                // Not there, or not running (Podman answers 409): nothing ran.
+                e if e.is_not_found() || matches!(e, gpuq_podman::Error::Conflict { .. }) => {
+                    NodeError::Refused(format!(
+                        "the server container of lease {lease} on node {} is not running: {e}",
+                        self.node_name()
+                    ))
+                }
+                e => NodeError::Podman(e),
+            })?;
         let text = |s| String::from_utf8_lossy(&out.output.stream(s)).into_owned();
         Ok(DmgReply {
             node: self.node_name().to_string(),
