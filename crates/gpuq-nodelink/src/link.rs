@@ -733,7 +733,24 @@ impl Inner {
 
     /// One attempt: master, forwards, verification. On any failure what was
     /// set up is torn down again (the `Established` drop).
+    /// A master, its forwards, verified; on any failure after the master
+    /// started, the master is ended and reaped (`Established::close`)
+    /// before the error returns — never left to a best-effort drop, which
+    /// once let a refused master outlive its link by seconds in CI.
     async fn establish(&self) -> Result<Established> {
+        let mut made = None;
+        match self.try_establish(&mut made).await {
+            Ok(()) => made.ok_or_else(|| Error::Closed { node: self.node() }),
+            Err(e) => {
+                if let Some(est) = made.take() {
+                    est.close().await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn try_establish(&self, made: &mut Option<Established>) -> Result<()> {
         let ctl = self.prepare_dirs()?;
         end_stale_masters(&ctl).await;
         let t0 = Instant::now();
@@ -772,14 +789,16 @@ impl Inner {
             Some(p) => watch_exit(session.control_socket(), p).await,
             None => None,
         };
-        let est = Established {
+        let est = made.insert(Established {
             session: Some(session),
             master_pid: pid,
             master_exit,
             node_sock: s.node_sock.clone(),
             podman_sock: s.podman_sock.clone(),
+        });
+        let Some(session) = est.session.as_ref() else {
+            return Err(Error::Closed { node: self.node() });
         };
-        let session = est.session.as_ref().expect("just set");
         let master = t0.elapsed();
 
         let t1 = Instant::now();
@@ -882,7 +901,7 @@ impl Inner {
             verify,
         });
         tracing::info!(node = %self.cfg.name, ?master, ?forward, ?verify, "node link established");
-        Ok(est)
+        Ok(())
     }
 }
 
