@@ -83,9 +83,11 @@ fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_j
         .unwrap()
         .to_string();
     let on_cxl2: Vec<String> = s
+        .c
         .containers("cxl2")
         .into_iter()
-        .filter(|c| c.contains(&lease))
+        .filter(|(name, _)| name.contains(&lease))
+        .map(|(name, state)| format!("{name} {}", state.trim_matches('"')))
         .collect();
     assert_eq!(
         on_cxl2,
