@@ -82,13 +82,12 @@ fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_j
         .as_str()
         .unwrap()
         .to_string();
-    let on_cxl2: Vec<String> = s
-        .c
-        .containers("cxl2")
-        .into_iter()
-        .filter(|(name, _)| name.contains(&lease))
-        .map(|(name, state)| format!("{name} {}", state.trim_matches('"')))
-        .collect();
+    let on_cxl2: Vec<String> =
+        s.c.containers("cxl2")
+            .into_iter()
+            .filter(|(name, _)| name.contains(&lease))
+            .map(|(name, state)| format!("{name} {}", state.trim_matches('"')))
+            .collect();
     assert_eq!(
         on_cxl2,
         vec![format!("gpuq-{lease}-agent running")],
