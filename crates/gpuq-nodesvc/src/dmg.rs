@@ -20,8 +20,9 @@ use std::time::Duration;
 
 /// Where the server container sees `<lease_dir>/admin/`.
 pub const ADMIN_IN: &str = "/etc/daos/admin";
-/// The longest `dmg` a request may ask the node to wait for.
-pub const MAX_WITHIN_SECS: u64 = 3600;
+/// The longest `dmg` a request may ask the node to wait for: the longest
+/// deadline the broker's configuration accepts (`[daos]` deadlines, 1–86400 s).
+pub const MAX_WITHIN_SECS: u64 = 86_400;
 
 /// `<lease_dir>/admin/`.
 pub fn admin_dir(lease_dir: &Path) -> PathBuf {
