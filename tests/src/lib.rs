@@ -264,6 +264,38 @@ impl TestBroker {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // Accepting is not serving: the socket takes connections from its
+        // bind on, before the broker's start-up recovery. Started means an
+        // HTTP answer (any status). A connection that fails before one is
+        // said on stderr, so a broker that drops connections at start-up
+        // stays visible (seen once in a rehearsal, under load: a submit
+        // right after a restart ended in "connection error").
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match http_answer(&self.socket) {
+                Ok(()) => break,
+                Err(e) => {
+                    eprintln!("gpuq-broker accepted but did not answer (try {tries}): {e}");
+                    if let Some(status) = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten())
+                    {
+                        panic!(
+                            "gpuq-broker exited with {status} during start-up:\n{}",
+                            self.broker_log()
+                        );
+                    }
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "broker did not answer:\n{}",
+                        self.broker_log()
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
     }
 
     /// Write the config and run the broker expecting it to refuse to start:
@@ -468,6 +500,26 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// Is a process with this PID alive (and not a zombie)?
+/// One `GET /v1/lock` (the cheapest route: no store query) on the broker's
+/// socket: Ok once a whole HTTP answer arrived (read to the close, within
+/// 5 s), so the connection is over on both sides when it returns.
+fn http_answer(socket: &Path) -> std::io::Result<()> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket)?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))?;
+    s.write_all(b"GET /v1/lock HTTP/1.1\r\nHost: gpuq\r\nConnection: close\r\n\r\n")?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer)?;
+    if answer.starts_with(b"HTTP/1.1 ") {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "not an HTTP answer: {:?}",
+            String::from_utf8_lossy(&answer[..answer.len().min(40)])
+        )))
+    }
+}
+
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => {
