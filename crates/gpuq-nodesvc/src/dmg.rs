@@ -11,7 +11,7 @@
 //! server's certificates. A request names one [`DmgCommand`], never an
 //! argument list.
 
-use crate::service::{io, NodeError, NodeService};
+use crate::service::{NodeError, NodeService};
 use gpuq_daosconf::{ControlConfig, Transport};
 use gpuq_podman::{ExecSpec, LogStream, Podman};
 use gpuq_protocol::node::{DmgAccess, DmgReply, DmgRequest, ServerTls};
@@ -24,9 +24,12 @@ pub const ADMIN_IN: &str = "/etc/daos/admin";
 /// deadline the broker's configuration accepts (`[daos]` deadlines, 1–86400 s).
 pub const MAX_WITHIN_SECS: u64 = 86_400;
 
+/// The access's directory in the lease directory.
+const ADMIN_DIR: &str = "admin";
+
 /// `<lease_dir>/admin/`.
 pub fn admin_dir(lease_dir: &Path) -> PathBuf {
-    lease_dir.join("admin")
+    lease_dir.join(ADMIN_DIR)
 }
 
 /// Write `<lease_dir>/admin/` (0700 root): `daos_control.yml` (0444),
@@ -38,7 +41,6 @@ pub fn write_admin(
     tls: &ServerTls,
     access: &DmgAccess,
 ) -> Result<PathBuf, NodeError> {
-    use std::os::unix::fs::PermissionsExt;
     let control = ControlConfig {
         system: access.system.clone(),
         port,
@@ -53,21 +55,17 @@ pub fn write_admin(
             .unwrap_or_default()
     ))
     .map_err(|e| NodeError::BadRequest(format!("dmg access: {e}")))?;
-    let dir = admin_dir(lease_dir);
-    crate::service::remove_dir_within(&dir, lease_dir)?;
-    std::fs::create_dir(&dir)
-        .and_then(|()| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
-        .map_err(io(format!("create {}", dir.display())))?;
-    for (name, body, mode) in [
-        ("daos_control.yml", control.as_str(), 0o444),
-        ("daosCA.crt", tls.ca_cert.as_str(), 0o444),
-        ("admin.crt", access.admin_cert.as_str(), 0o444),
-        ("admin.key", access.admin_key.as_str(), 0o400),
-    ] {
-        gpuq_durable::write_atomic(&dir.join(name), body.as_bytes(), mode)
-            .map_err(io(format!("write {name}")))?;
-    }
-    Ok(dir)
+    crate::service::write_private_dir(
+        lease_dir,
+        ADMIN_DIR,
+        &[],
+        &[
+            ("daos_control.yml", control.as_str(), 0o444),
+            ("daosCA.crt", tls.ca_cert.as_str(), 0o444),
+            ("admin.crt", access.admin_cert.as_str(), 0o444),
+            ("admin.key", access.admin_key.as_str(), 0o400),
+        ],
+    )
 }
 
 impl<P: Podman> NodeService<P> {

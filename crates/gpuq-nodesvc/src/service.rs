@@ -69,7 +69,7 @@ pub enum NodeError {
     Failed(String),
 }
 
-pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
     let what = what.into();
     move |source| NodeError::Io { what, source }
 }
@@ -1031,8 +1031,30 @@ const CERTS_IN: &str = "/etc/daos/certs";
 /// refuses more), `clients/agent.crt`. A directory left by an earlier start
 /// of the same lease is replaced. The wipe removes it.
 fn write_server_certs(lease_dir: &Path, tls: &ServerTls) -> Result<PathBuf, NodeError> {
+    write_private_dir(
+        lease_dir,
+        "certs",
+        &["clients"],
+        &[
+            ("daosCA.crt", &tls.ca_cert, 0o444),
+            ("server.crt", &tls.cert, 0o444),
+            ("server.key", &tls.key, 0o400),
+            ("clients/agent.crt", &tls.agent_cert, 0o444),
+        ],
+    )
+}
+
+/// `<lease_dir>/<name>/` anew (an earlier one removed, never followed):
+/// root 0700, with the 0700 `subdirs` and each (file, contents, mode)
+/// written durably. The lease's certificates and the dmg node's access.
+pub(crate) fn write_private_dir(
+    lease_dir: &Path,
+    name: &str,
+    subdirs: &[&str],
+    files: &[(&str, &str, u32)],
+) -> Result<PathBuf, NodeError> {
     use std::os::unix::fs::PermissionsExt;
-    let dir = lease_dir.join("certs");
+    let dir = lease_dir.join(name);
     remove_dir_within(&dir, lease_dir)?;
     let mkdir = |d: &Path| {
         std::fs::create_dir(d)
@@ -1040,15 +1062,12 @@ fn write_server_certs(lease_dir: &Path, tls: &ServerTls) -> Result<PathBuf, Node
             .map_err(io(format!("create {}", d.display())))
     };
     mkdir(&dir)?;
-    mkdir(&dir.join("clients"))?;
-    for (name, body, mode) in [
-        ("daosCA.crt", &tls.ca_cert, 0o444),
-        ("server.crt", &tls.cert, 0o444),
-        ("server.key", &tls.key, 0o400),
-        ("clients/agent.crt", &tls.agent_cert, 0o444),
-    ] {
-        gpuq_durable::write_atomic(&dir.join(name), body.as_bytes(), mode)
-            .map_err(io(format!("write {name}")))?;
+    for sub in subdirs {
+        mkdir(&dir.join(sub))?;
+    }
+    for (file, body, mode) in files {
+        gpuq_durable::write_atomic(&dir.join(file), body.as_bytes(), *mode)
+            .map_err(io(format!("write {file}")))?;
     }
     Ok(dir)
 }
