@@ -93,6 +93,39 @@ const DMG_MARGIN: Duration = Duration::from_secs(10);
 /// How long the agent has after SIGTERM before SIGKILL.
 const AGENT_GRACE: Duration = Duration::from_secs(10);
 
+fn control_config_in(run_dir: &std::path::Path, lease: &str) -> PathBuf {
+    run_dir.join(lease).join("daos_control.yml")
+}
+
+fn agent_dir_in(run_dir: &std::path::Path, lease: &str) -> PathBuf {
+    run_dir.join(lease).join("agent")
+}
+
+/// A lease's DAOS variables for its job, from the configuration alone
+/// (no link, no container): `DAOS_SYSTEM`, the control config and the
+/// agent's socket dir under `run_dir`, then the profile's own `env`.
+/// [`Host::job_env`] and gpuq-slurm's `paths` both say exactly this.
+pub fn job_env(
+    run_dir: &std::path::Path,
+    system: &str,
+    extra: &[(String, String)],
+    lease: &str,
+) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("DAOS_SYSTEM".to_string(), system.to_string()),
+        (
+            "DAOS_CONTROL_CONFIG".to_string(),
+            control_config_in(run_dir, lease).display().to_string(),
+        ),
+        (
+            "DAOS_AGENT_DRPC_DIR".to_string(),
+            agent_dir_in(run_dir, lease).display().to_string(),
+        ),
+    ];
+    env.extend(extra.iter().cloned());
+    env
+}
+
 impl Host {
     pub fn new(podman_socket: PathBuf, run_dir: PathBuf, profile: HostProfile) -> Self {
         Host {
@@ -116,7 +149,7 @@ impl Host {
     }
     /// The control config on the host (for `DAOS_CONTROL_CONFIG`).
     pub fn control_config(&self, lease: &str) -> PathBuf {
-        self.lease_dir(lease).join("daos_control.yml")
+        control_config_in(&self.run_dir, lease)
     }
     /// The job owner's copy of the admin certificate and key.
     pub fn user_cert_dir(&self, lease: &str) -> PathBuf {
@@ -124,7 +157,7 @@ impl Host {
     }
     /// The agent's socket directory on the host (for `DAOS_AGENT_DRPC_DIR`).
     pub fn agent_dir(&self, lease: &str) -> PathBuf {
-        self.lease_dir(lease).join("agent")
+        agent_dir_in(&self.run_dir, lease)
     }
     fn agent_name(lease: &str) -> String {
         format!("gpuq-{lease}-agent")
@@ -132,19 +165,12 @@ impl Host {
 
     /// The job's DAOS variables (mission.md §4 step 5).
     pub fn job_env(&self, lease: &str) -> Vec<(String, String)> {
-        let mut env = vec![
-            ("DAOS_SYSTEM".to_string(), self.profile.system.clone()),
-            (
-                "DAOS_CONTROL_CONFIG".to_string(),
-                self.control_config(lease).display().to_string(),
-            ),
-            (
-                "DAOS_AGENT_DRPC_DIR".to_string(),
-                self.agent_dir(lease).display().to_string(),
-            ),
-        ];
-        env.extend(self.profile.env.iter().cloned());
-        env
+        job_env(
+            &self.run_dir,
+            &self.profile.system,
+            &self.profile.env,
+            lease,
+        )
     }
 
     /// Whether the preparation was told to stop.

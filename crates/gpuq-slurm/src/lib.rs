@@ -1,0 +1,730 @@
+//! gpuq's DAOS site as Slurm's per-job storage (issue #19).
+//!
+//! Slurm's `burst_buffer/lua` plugin calls the functions of the
+//! `burst_buffer.lua` shipped with gpuq (config/slurm/); each calls one
+//! verb of `gpuq-slurm` (a thin binary over this crate), as root, in
+//! slurmctld's host:
+//!
+//! | lua function | verb | what |
+//! | --- | --- | --- |
+//! | `slurm_bb_job_process` | `job-process` | the script's `#BB_LUA daos` line is valid (sbatch refuses otherwise) |
+//! | `slurm_bb_pools` | `pools` | the pool: one unit, none while the site is held |
+//! | `slurm_bb_setup` | `setup` | the job's record (durable): its lease name, owner, profile |
+//! | `slurm_bb_data_in` | `data-in` | the lease: preflight, servers, format, joins, agent ([`gpuq_lifecycle::daos::Daos::prepare`]) |
+//! | `slurm_bb_paths` | `paths` | the job's DAOS variables |
+//! | `slurm_bb_pre_run` | `pre-run` | the job landed where the agent runs |
+//! | `slurm_bb_job_teardown` | `teardown` | every cleanup step on all nodes, wipe, release; a failure holds |
+//! | `slurm_bb_get_status` | `status` | `scontrol show bbstat` |
+//!
+//! One lease at a time: Slurm gives the pool's one unit to one job from
+//! its setup to the end of its teardown; gpuq's lease store refuses a
+//! second lease anyway. Every verb that reads or changes the records
+//! takes `<state_dir>/lock` (flock, bounded wait) first: Slurm may call a
+//! job's teardown while its data-in is being killed. A verb killed by
+//! Slurm (it SIGKILLs the lua call's process group on `scancel` or a
+//! timeout) leaves a durable record of how far it got; the job's
+//! teardown cleans from there.
+
+pub mod directive;
+
+use gpuq_lease::{Lease, Phase};
+use gpuq_lifecycle::config::{DaosConfig, RawDaos};
+use gpuq_lifecycle::daos::Daos;
+use gpuq_lifecycle::{LocalError, LocalSteps};
+use serde::{Deserialize, Serialize};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use thiserror::Error;
+
+/// The default configuration file.
+pub const DEFAULT_CONFIG: &str = "/etc/gpuq/slurm.toml";
+
+/// `slurm.toml`: `[slurm]` and the site's `[daos]` (the same table as the
+/// broker's `broker.toml`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    slurm: RawSlurm,
+    daos: RawDaos,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlurm {
+    state_dir: Option<PathBuf>,
+    pool: Option<String>,
+    default_profile: Option<String>,
+    agent_host: String,
+    squeue: Option<PathBuf>,
+    lock_wait_secs: Option<u64>,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Root's, 0700: `leases/` (the lease store), `jobs/` (one record per
+    /// Slurm job between setup and teardown), `lock`.
+    pub state_dir: PathBuf,
+    /// The burst buffer pool's name (one unit: one DAOS job at a time).
+    pub pool: String,
+    /// The profile of a request without `profile=`.
+    pub default_profile: String,
+    /// The Slurm node (`NodeName`) that is this host: the lease's agent
+    /// runs on its Podman, so a DAOS job must run there.
+    pub agent_host: String,
+    /// Slurm's `squeue`, for the node a job was given (`pre-run`).
+    pub squeue: PathBuf,
+    /// How long a verb waits for another one's lock.
+    pub lock_wait: Duration,
+    pub daos: DaosConfig,
+}
+
+/// Why a verb did not do its work: one line, with what to do.
+#[derive(Debug, Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(String),
+    #[error("{0}")]
+    Refused(String),
+    #[error("{0}")]
+    Failed(String),
+    /// The lease is held: nothing starts until `gpuq-slurm recover`.
+    #[error("{0}")]
+    Held(String),
+}
+
+impl Error {
+    /// The process exit status for this error.
+    pub fn code(&self) -> u8 {
+        match self {
+            Error::Refused(_) | Error::Failed(_) => 1,
+            Error::Config(_) => 3,
+            Error::Held(_) => 75,
+        }
+    }
+}
+
+fn failed(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error {
+    let what = what.to_string();
+    move |e| Error::Failed(format!("{what}: {e}"))
+}
+
+/// Read and check `path` (root's, not writable by others: `read_trusted`).
+pub fn load(path: &Path) -> Result<Config, Error> {
+    let text = gpuq_conffile::read_trusted(path).map_err(|e| Error::Config(e.to_string()))?;
+    let raw: RawFile =
+        gpuq_conffile::parse_toml(path, &text).map_err(|e| Error::Config(e.to_string()))?;
+    let bad = |key: &str, why: &str| Error::Config(format!("{}: {key}: {why}", path.display()));
+    let daos = gpuq_lifecycle::config::parse(raw.daos).map_err(|e| bad(e.key, &e.message))?;
+    let s = raw.slurm;
+    let state_dir =
+        gpuq_lifecycle::config::absolute("slurm.state_dir", s.state_dir, "/var/lib/gpuq/slurm")
+            .map_err(|e| bad(e.key, &e.message))?;
+    let pool = s.pool.unwrap_or_else(|| "daos".into());
+    if !gpuq_protocol::node::valid_lease(&pool) {
+        return Err(bad("slurm.pool", "letters, digits, - and _"));
+    }
+    let default_profile = match s.default_profile {
+        Some(p) => p,
+        None if daos.profiles.len() == 1 => {
+            daos.profiles.keys().next().cloned().unwrap_or_default()
+        }
+        None => {
+            return Err(bad(
+                "slurm.default_profile",
+                "required when [daos] has more than one profile",
+            ))
+        }
+    };
+    if !daos.profiles.contains_key(&default_profile) {
+        return Err(bad(
+            "slurm.default_profile",
+            &format!("`{default_profile}` is not a [daos.profiles] entry"),
+        ));
+    }
+    if s.agent_host.is_empty() || s.agent_host.contains(char::is_whitespace) {
+        return Err(bad("slurm.agent_host", "a Slurm NodeName"));
+    }
+    let squeue = gpuq_lifecycle::config::absolute("slurm.squeue", s.squeue, "/usr/bin/squeue")
+        .map_err(|e| bad(e.key, &e.message))?;
+    let lock_wait = Duration::from_secs(s.lock_wait_secs.unwrap_or(600).clamp(1, 86400));
+    Ok(Config {
+        state_dir,
+        pool,
+        default_profile,
+        agent_host: s.agent_host,
+        squeue,
+        lock_wait,
+        daos,
+    })
+}
+
+/// What `setup` records for a job, `<state_dir>/jobs/<job>.json` (root,
+/// 0600); removed when its teardown (or `recover`) has released the lease.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRecord {
+    pub job: u64,
+    pub uid: u32,
+    pub gid: u32,
+    pub profile: String,
+    pub lease: String,
+    pub setup_at: i64,
+}
+
+/// The lease name of a Slurm job: `slurm<ID>-<unix time>` (unique even
+/// when Slurm's job IDs start again).
+pub fn lease_name(job: u64, now: i64) -> String {
+    format!("slurm{job}-{now}")
+}
+
+/// The records under `state_dir`, for one invocation.
+#[derive(Debug)]
+pub struct State {
+    cfg: Config,
+    /// Held for the whole invocation; released by the kernel however the
+    /// process ends.
+    _lock: nix::fcntl::Flock<std::fs::File>,
+}
+
+/// `dir` as root's own directory (created 0700 if missing): not a link,
+/// owned by root, writable by nobody else.
+fn own_dir(dir: &Path) -> Result<(), Error> {
+    match std::fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(failed(format!("creating {}", dir.display())))?;
+        }
+        Err(e) => return Err(failed(dir.display())(e)),
+        Ok(_) => {}
+    }
+    let m = std::fs::symlink_metadata(dir).map_err(failed(dir.display()))?;
+    if !m.file_type().is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(Error::Refused(format!(
+            "{}: must be a directory of root's that nobody else can write (refusing to keep records there)",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+impl State {
+    /// Take `<state_dir>/lock`, waiting at most `cfg.lock_wait`.
+    pub fn lock(cfg: &Config) -> Result<State, Error> {
+        own_dir(&cfg.state_dir)?;
+        own_dir(&cfg.state_dir.join("jobs"))?;
+        own_dir(&cfg.state_dir.join("leases"))?;
+        let path = cfg.state_dir.join("lock");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc_flags())
+            .open(&path)
+            .map_err(failed(path.display()))?;
+        let deadline = std::time::Instant::now() + cfg.lock_wait;
+        loop {
+            match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(lock) => {
+                    return Ok(State {
+                        cfg: cfg.clone(),
+                        _lock: lock,
+                    })
+                }
+                Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(Error::Failed(format!(
+                            "{} is held by another gpuq-slurm for more than {}s; nothing was done (see `gpuq-slurm status`)",
+                            path.display(),
+                            cfg.lock_wait.as_secs()
+                        )));
+                    }
+                    file = f;
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err((_, e)) => {
+                    return Err(Error::Failed(format!("{}: flock: {e}", path.display())))
+                }
+            }
+        }
+    }
+
+    fn leases_dir(&self) -> PathBuf {
+        self.cfg.state_dir.join("leases")
+    }
+
+    fn record_path(&self, job: u64) -> PathBuf {
+        self.cfg.state_dir.join("jobs").join(format!("{job}.json"))
+    }
+
+    /// The record of `job`, if its setup ran.
+    pub fn record(&self, job: u64) -> Result<Option<JobRecord>, Error> {
+        let p = self.record_path(job);
+        match std::fs::read(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(failed(p.display())(e)),
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                Error::Failed(format!(
+                    "{}: unreadable ({e}); an operator must look",
+                    p.display()
+                ))
+            }),
+        }
+    }
+
+    /// Every job record, by job ID.
+    pub fn records(&self) -> Result<Vec<JobRecord>, Error> {
+        let dir = self.cfg.state_dir.join("jobs");
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(&dir).map_err(failed(dir.display()))? {
+            let e = e.map_err(failed(dir.display()))?;
+            let name = e.file_name();
+            let Some(job) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse::<u64>().ok())
+            else {
+                continue;
+            };
+            if let Some(r) = self.record(job)? {
+                out.push(r);
+            }
+        }
+        out.sort_by_key(|r| r.job);
+        Ok(out)
+    }
+
+    fn remove_record(&self, job: u64) -> Result<(), Error> {
+        gpuq_durable::remove(&self.record_path(job))
+            .map(|_| ())
+            .map_err(failed(format!("removing the record of job {job}")))
+    }
+
+    /// The lease record `lease`, read as it is (no recovery on open).
+    fn lease(&self, lease: &str) -> Result<Option<Lease>, Error> {
+        let p = self.leases_dir().join(format!("{lease}.json"));
+        match std::fs::read(&p) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(failed(p.display())(e)),
+            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
+                Error::Failed(format!(
+                    "{}: unreadable ({e}); an operator must look",
+                    p.display()
+                ))
+            }),
+        }
+    }
+
+    /// The site's DAOS side: the lease store (a lease found preparing is
+    /// held here: its driver died) and the node links.
+    fn daos(&self) -> Result<std::sync::Arc<Daos>, Error> {
+        Daos::start(
+            self.cfg.daos.clone(),
+            &self.leases_dir(),
+            gpuq_protocol::time::now(),
+        )
+        .map_err(|e| Error::Failed(format!("starting the DAOS side: {e}")))
+    }
+}
+
+fn libc_flags() -> i32 {
+    nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC
+}
+
+/// What the lifecycle needs from a Slurm-driven lease: Slurm ends the job's
+/// processes itself before it calls the teardown; progress lines go to
+/// stderr, which the lua script passes to slurmctld's log.
+#[derive(Debug)]
+pub struct SlurmSteps {
+    pub job: Option<u64>,
+}
+
+#[async_trait::async_trait]
+impl LocalSteps for SlurmSteps {
+    async fn kill_job(&self, _lease: &Lease) -> Result<String, LocalError> {
+        Ok(match self.job {
+            Some(j) => format!("Slurm ended job {j}'s processes before its teardown"),
+            None => "the lease's Slurm job has ended (its teardown was called or given up)".into(),
+        })
+    }
+
+    fn note(&self, line: &str) {
+        eprintln!("gpuq-slurm: {line}");
+    }
+}
+
+/// `job-process`: the script's request is valid and names a configured
+/// profile.
+pub fn job_process(cfg: &Config, script: &str) -> Result<String, Error> {
+    let req = directive::parse(script, &cfg.pool).map_err(|e| Error::Refused(e.to_string()))?;
+    let profile = profile_of(cfg, &req)?;
+    Ok(format!("a DAOS site with profile {profile} for this job"))
+}
+
+fn profile_of(cfg: &Config, req: &directive::Request) -> Result<String, Error> {
+    let p = req
+        .profile
+        .clone()
+        .unwrap_or_else(|| cfg.default_profile.clone());
+    if !cfg.daos.profiles.contains_key(&p) {
+        return Err(Error::Refused(format!(
+            "`{} daos`: profile={p} is not one of this site's profiles ({})",
+            directive::PREFIX,
+            cfg.daos
+                .profiles
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    Ok(p)
+}
+
+/// `pools`: the JSON slurm_bb_pools returns. One unit; none while the site
+/// is held (or its hold cannot be read: fail closed), so that no DAOS job
+/// is set up until `recover`. Reads only; never waits for the lock (Slurm
+/// calls it from slurmctld and it must return at once).
+pub fn pools(cfg: &Config) -> String {
+    let free = matches!(
+        gpuq_lease::blocked_in(&cfg.state_dir.join("leases")),
+        Ok(None)
+    );
+    serde_json::json!({
+        "pools": [{"id": cfg.pool, "quantity": u32::from(free), "granularity": 1}]
+    })
+    .to_string()
+}
+
+/// `setup JOB UID GID SCRIPT`: the job's record, durable before Slurm goes
+/// on. Refused while the site is held or serves another job.
+pub fn setup(st: &State, job: u64, uid: u32, gid: u32, script: &str) -> Result<String, Error> {
+    let req = directive::parse(script, &st.cfg.pool).map_err(|e| Error::Refused(e.to_string()))?;
+    let profile = profile_of(&st.cfg, &req)?;
+    if uid == 0 {
+        return Err(Error::Refused(format!(
+            "job {job} runs as root: a DAOS site is set up for a user's job only"
+        )));
+    }
+    if let Some(r) = st.record(job)? {
+        return Ok(format!("job {job}: lease {} already recorded", r.lease));
+    }
+    if let Some(b) = gpuq_lease::blocked_in(&st.leases_dir())
+        .map_err(|e| Error::Failed(format!("{e}; an operator must look")))?
+    {
+        return Err(Error::Held(format!(
+            "the DAOS site is held for lease {} ({}); an operator runs `gpuq-slurm recover`",
+            b.lease, b.reason
+        )));
+    }
+    if let Some(other) = st.records()?.into_iter().find(|r| r.job != job) {
+        return Err(Error::Refused(format!(
+            "the DAOS site serves job {} (lease {}) until its teardown ends",
+            other.job, other.lease
+        )));
+    }
+    let now = gpuq_protocol::time::now();
+    let r = JobRecord {
+        job,
+        uid,
+        gid,
+        profile,
+        lease: lease_name(job, now),
+        setup_at: now,
+    };
+    let bytes = serde_json::to_vec_pretty(&r).map_err(|e| Error::Failed(e.to_string()))?;
+    gpuq_durable::write_atomic(&st.record_path(job), &bytes, 0o600)
+        .map_err(failed(format!("recording job {job}")))?;
+    Ok(format!(
+        "job {job} (uid {uid}): lease {} with profile {} recorded",
+        r.lease, r.profile
+    ))
+}
+
+fn need_record(st: &State, job: u64) -> Result<JobRecord, Error> {
+    st.record(job)?.ok_or_else(|| {
+        Error::Refused(format!(
+            "job {job} has no DAOS record (its setup did not run or was refused)"
+        ))
+    })
+}
+
+/// `data-in JOB`: the whole preparation. On a failure the lease is cleaned
+/// up here (and released, or held if that fails).
+pub async fn data_in(st: &State, job: u64) -> Result<String, Error> {
+    let r = need_record(st, job)?;
+    let daos = st.daos()?;
+    let steps = SlurmSteps { job: Some(job) };
+    let out = async {
+        let host = daos
+            .host(&r.profile)
+            .map_err(|e| Error::Failed(e.to_string()))?;
+        let owner = format!("slurm job {job} (uid {})", r.uid);
+        match daos.prepare(&r.lease, &owner, r.uid, &r.profile, &host, &steps).await {
+            Ok(_) => Ok(format!(
+                "job {job}: lease {} ready: 4 ranks joined, agent up",
+                r.lease
+            )),
+            Err(e) => {
+                let why = e.to_string();
+                match daos.cleanup_for(&r.lease, &steps).await {
+                    Ok(_) => Err(Error::Failed(format!(
+                        "job {job}: the DAOS site could not be prepared ({why}); it was cleaned up and released"
+                    ))),
+                    Err(c) => Err(Error::Held(format!(
+                        "job {job}: the DAOS site could not be prepared ({why}), and its cleanup did not finish ({c}); the site is held: `gpuq-slurm recover`"
+                    ))),
+                }
+            }
+        }
+    }
+    .await;
+    daos.close().await;
+    out
+}
+
+/// `paths JOB FILE`: the job's DAOS variables, one `NAME=value` line each,
+/// appended to Slurm's file — only for the job's own running lease.
+pub fn paths(st: &State, job: u64, path_file: &Path) -> Result<String, Error> {
+    let r = need_record(st, job)?;
+    match st.lease(&r.lease)? {
+        Some(l) if l.phase == Phase::Running => {}
+        other => {
+            return Err(Error::Refused(format!(
+                "job {job}: lease {} is {} , not running; no DAOS variables",
+                r.lease,
+                other.map(|l| phase_label(&l.phase)).unwrap_or("missing")
+            )))
+        }
+    }
+    let p =
+        st.cfg.daos.profiles.get(&r.profile).ok_or_else(|| {
+            Error::Failed(format!("profile {} is no longer configured", r.profile))
+        })?;
+    let env = gpuq_lifecycle::host::job_env(&st.cfg.daos.run_dir, &p.system, &p.env, &r.lease);
+    let mut text = String::new();
+    for (k, v) in &env {
+        if v.contains(['\n', '\0']) {
+            return Err(Error::Failed(format!("{k}: a value with a newline")));
+        }
+        text.push_str(&format!("{k}={v}\n"));
+    }
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .append(true)
+        .custom_flags(libc_flags())
+        .open(path_file)
+        .map_err(failed(path_file.display()))?;
+    f.write_all(text.as_bytes())
+        .map_err(failed(path_file.display()))?;
+    Ok(format!(
+        "job {job}: {} variables of lease {}",
+        env.len(),
+        r.lease
+    ))
+}
+
+fn phase_label(p: &Phase) -> &'static str {
+    match p {
+        Phase::Preparing => "preparing",
+        Phase::Running => "running",
+        Phase::Cleaning => "cleaning",
+        Phase::Held { .. } => "held",
+        Phase::Released => "released",
+    }
+}
+
+/// `pre-run JOB`: the job's nodes, as Slurm gave them, are this host: the
+/// agent's socket exists nowhere else.
+pub async fn pre_run(st: &State, job: u64) -> Result<String, Error> {
+    let r = need_record(st, job)?;
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(&st.cfg.squeue)
+            .args(["--noheader", "--jobs", &job.to_string(), "--format", "%N"])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| {
+        Error::Failed(format!(
+            "{} did not answer within 30s",
+            st.cfg.squeue.display()
+        ))
+    })?
+    .map_err(failed(st.cfg.squeue.display()))?;
+    if !out.status.success() {
+        return Err(Error::Failed(format!(
+            "{} for job {job}: {} {}",
+            st.cfg.squeue.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let nodes = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if nodes != st.cfg.agent_host {
+        return Err(Error::Refused(format!(
+            "job {job} was given {nodes:?}, but lease {}'s DAOS agent runs on {} only: submit DAOS jobs with --nodelist={} (docs/slurm.md)",
+            r.lease, st.cfg.agent_host, st.cfg.agent_host
+        )));
+    }
+    Ok(format!(
+        "job {job} runs on {nodes}, with lease {}'s agent",
+        r.lease
+    ))
+}
+
+/// `teardown JOB`: every cleanup step on all nodes, then the record goes.
+///
+/// - no record: nothing of this job was set up;
+/// - the job's lease released (an earlier try got there): the record goes;
+/// - its lease held because its driver died while preparing (Slurm killed
+///   the data-in on `scancel`): the cleanup runs from the start — that
+///   hold is this teardown's to clear;
+/// - its lease held at a cleanup step that a node did not confirm: refused,
+///   the hold stays (Slurm retries twice, then gives the buffer up; the
+///   pool stays empty until an operator's `recover`);
+/// - otherwise (running, cleaning): the cleanup; a failure holds.
+pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
+    let Some(r) = st.record(job)? else {
+        return Ok(format!("job {job}: nothing of a DAOS site was set up"));
+    };
+    match st.lease(&r.lease)? {
+        None => {
+            st.remove_record(job)?;
+            return Ok(format!(
+                "job {job}: lease {} was never started; record removed",
+                r.lease
+            ));
+        }
+        Some(l) if l.phase == Phase::Released => {
+            st.remove_record(job)?;
+            return Ok(format!("job {job}: lease {} was already released", r.lease));
+        }
+        Some(_) => {}
+    }
+    let daos = st.daos()?;
+    let steps = SlurmSteps { job: Some(job) };
+    let out = async {
+        let active = daos.active().filter(|l| l.lease == r.lease);
+        let Some(l) = active else {
+            return Err(Error::Failed(format!(
+                "job {job}: lease {} is not released and not the site's active lease; an operator must look (`gpuq-slurm status`)",
+                r.lease
+            )));
+        };
+        let res = match &l.phase {
+            Phase::Held {
+                step: Some(step),
+                node,
+                reason,
+            } => {
+                return Err(Error::Held(format!(
+                    "job {job}: lease {} is held at {} ({}{reason}); an operator runs `gpuq-slurm recover`",
+                    r.lease,
+                    gpuq_lifecycle::step_name(*step),
+                    node.as_deref().map(|n| format!("{n}: ")).unwrap_or_default()
+                )))
+            }
+            Phase::Held { step: None, .. } => daos.recover(&steps).await.map(Some),
+            _ => daos.cleanup_for(&r.lease, &steps).await,
+        };
+        match res {
+            Ok(m) => {
+                st.remove_record(job)?;
+                Ok(format!(
+                    "job {job}: {}",
+                    m.unwrap_or_else(|| format!("lease {} had nothing to clean", r.lease))
+                ))
+            }
+            Err(e) => Err(Error::Held(format!(
+                "job {job}: the cleanup of lease {} did not finish: {e}; the site is held until `gpuq-slurm recover`",
+                r.lease
+            ))),
+        }
+    }
+    .await;
+    daos.close().await;
+    out
+}
+
+/// `recover` (an operator, as root): the active lease's cleanup from its
+/// first unconfirmed step, then every record whose lease is released or
+/// gone.
+pub async fn recover(st: &State) -> Result<String, Error> {
+    let daos = st.daos()?;
+    let steps = SlurmSteps { job: None };
+    let out = async {
+        let mut lines = Vec::new();
+        if daos.active().is_some() {
+            let m = daos
+                .recover(&steps)
+                .await
+                .map_err(|e| Error::Held(format!("recover did not finish: {e}")))?;
+            lines.push(m);
+        } else {
+            lines.push("no unreleased lease".to_string());
+        }
+        for r in st.records()? {
+            let done = match st.lease(&r.lease)? {
+                None => true,
+                Some(l) => l.phase == Phase::Released,
+            };
+            if done {
+                st.remove_record(r.job)?;
+                lines.push(format!(
+                    "record of job {} removed (lease {})",
+                    r.job, r.lease
+                ));
+            }
+        }
+        Ok(lines.join("; "))
+    }
+    .await;
+    daos.close().await;
+    out
+}
+
+/// `status`: the pool, the hold, the active lease and the job records,
+/// from the records alone (no node is asked; `scontrol show bbstat`).
+pub fn status(st: &State) -> Result<serde_json::Value, Error> {
+    let blocked =
+        gpuq_lease::blocked_in(&st.leases_dir()).map_err(|e| Error::Failed(e.to_string()))?;
+    let store_active = std::fs::read(st.leases_dir().join("active.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let jobs = st
+        .records()?
+        .into_iter()
+        .map(|r| {
+            let phase = st
+                .lease(&r.lease)
+                .ok()
+                .flatten()
+                .map(|l| phase_label(&l.phase))
+                .unwrap_or("not started");
+            serde_json::json!({"job": r.job, "uid": r.uid, "lease": r.lease, "profile": r.profile, "phase": phase})
+        })
+        .collect::<Vec<_>>();
+    Ok(serde_json::json!({
+        "pool": st.cfg.pool,
+        "free": blocked.is_none() && jobs.is_empty(),
+        "held": blocked.map(|b| serde_json::json!({"lease": b.lease, "reason": b.reason})),
+        "active": store_active,
+        "jobs": jobs,
+    }))
+}
+
+/// The job script Slurm keeps for `job` (a path under its
+/// StateSaveLocation, root's): read with the same checks as a
+/// configuration file, since its content is the user's.
+pub fn read_script(path: &Path) -> Result<String, Error> {
+    gpuq_conffile::read_trusted(path).map_err(|e| Error::Refused(e.to_string()))
+}
