@@ -28,7 +28,11 @@ declare -A ADDR=(
   [da2]=10.200.0.12
   [da3]=10.200.0.13
   [da4]=10.200.0.14
+  [gpu2]=10.200.0.20
 )
+# A second GPU host, made only by `slurm up` (integration/cluster/slurm):
+# its namespace is ours like the five's.
+EXTRA_HOSTS=(gpu2)
 # Private: exists only inside the namespaces this harness creates. The
 # machine's eth0 uses 192.0.2.0/24; the root namespace gets no address and
 # no route into 10.200.0.0/24.
@@ -548,7 +552,7 @@ pids_mentioning_dir() {
 # created these namespaces, so whatever is in them is the cluster's.
 pids_in_our_namespaces() {
   local ns inodes=() line
-  for ns in "$SWITCH_NS" "${HOSTS[@]/#/$PREFIX-}"; do
+  for ns in "$SWITCH_NS" "${HOSTS[@]/#/$PREFIX-}" "${EXTRA_HOSTS[@]/#/$PREFIX-}"; do
     [[ -e /run/netns/$ns ]] || continue
     inodes+=("$(stat -L -c %i "/run/netns/$ns" 2>/dev/null)") || true
   done
@@ -609,7 +613,7 @@ cluster_dir_is_ours() {
   for e in "$D"/* "$D"/.[!.]*; do
     [[ -e $e ]] || continue
     case ${e##*/} in
-      cxl2 | da1 | da2 | da3 | da4 | etc | ssh | logs | build | manifest) ;;
+      cxl2 | da1 | da2 | da3 | da4 | gpu2 | slurm | etc | ssh | logs | build | manifest) ;;
       *) foreign+=("${e##*/}") ;;
     esac
   done
@@ -623,7 +627,7 @@ our_namespaces() {
   {
     [[ -f $MANIFEST ]] && awk '$1 == "netns" {print $2}' "$MANIFEST"
     echo "$SWITCH_NS"
-    printf "$PREFIX-%s\n" "${HOSTS[@]}"
+    printf "$PREFIX-%s\n" "${HOSTS[@]}" "${EXTRA_HOSTS[@]}"
   } | awk '!seen[$0]++' | while read -r ns; do
     [[ -e /run/netns/$ns ]] && echo "$ns"
   done
