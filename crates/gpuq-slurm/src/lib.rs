@@ -393,10 +393,25 @@ fn profile_of(cfg: &Config, req: &directive::Request) -> Result<String, Error> {
 /// is set up until `recover`. Reads only; never waits for the lock (Slurm
 /// calls it from slurmctld and it must return at once).
 pub fn pools(cfg: &Config) -> String {
-    let free = matches!(
-        gpuq_lease::blocked_in(&cfg.state_dir.join("leases")),
-        Ok(None)
-    );
+    let dir = cfg.state_dir.join("leases");
+    // Held: `blocked.json`, or an active lease whose record says so (the
+    // hold file alone removed by hand is no way out), or either unreadable.
+    let active_held = || -> Result<bool, ()> {
+        let a = match std::fs::read(dir.join("active.json")) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(_) => return Err(()),
+            Ok(b) => b,
+        };
+        let v: serde_json::Value = serde_json::from_slice(&a).map_err(|_| ())?;
+        let name = v["lease"].as_str().ok_or(())?;
+        if !gpuq_protocol::node::valid_lease(name) {
+            return Err(());
+        }
+        let b = std::fs::read(dir.join(format!("{name}.json"))).map_err(|_| ())?;
+        let l: Lease = serde_json::from_slice(&b).map_err(|_| ())?;
+        Ok(matches!(l.phase, Phase::Held { .. }))
+    };
+    let free = matches!(gpuq_lease::blocked_in(&dir), Ok(None)) && active_held() == Ok(false);
     serde_json::json!({
         "pools": [{"id": cfg.pool, "quantity": u32::from(free), "granularity": 1}]
     })
@@ -405,7 +420,13 @@ pub fn pools(cfg: &Config) -> String {
 
 /// `setup JOB UID GID SCRIPT`: the job's record, durable before Slurm goes
 /// on. Refused while the site is held or serves another job.
-pub fn setup(st: &State, job: u64, uid: u32, gid: u32, script: &str) -> Result<String, Error> {
+pub async fn setup(
+    st: &State,
+    job: u64,
+    uid: u32,
+    gid: u32,
+    script: &str,
+) -> Result<String, Error> {
     let req = directive::parse(script, &st.cfg.pool).map_err(|e| Error::Refused(e.to_string()))?;
     let profile = profile_of(&st.cfg, &req)?;
     if uid == 0 {
@@ -424,11 +445,28 @@ pub fn setup(st: &State, job: u64, uid: u32, gid: u32, script: &str) -> Result<S
             b.lease, b.reason
         )));
     }
-    if let Some(other) = st.records()?.into_iter().find(|r| r.job != job) {
-        return Err(Error::Refused(format!(
-            "the DAOS site serves job {} (lease {}) until its teardown ends",
-            other.job, other.lease
-        )));
+    // Another job's record: its teardown has not ended. Slurm 22.05 can
+    // lose that teardown (a `scancel` during stage-in kills the data-in and
+    // the teardown it has just started, and starts no other); once Slurm
+    // says the job has ended, its teardown is done here, before this job.
+    let mut healed = Vec::new();
+    for other in st.records()?.into_iter().filter(|r| r.job != job) {
+        match squeue(&st.cfg, other.job, "%T").await? {
+            Some(state) if !ended(&state) => {
+                return Err(Error::Refused(format!(
+                    "the DAOS site serves job {} (lease {}, {state}) until its teardown ends",
+                    other.job, other.lease
+                )))
+            }
+            state => {
+                let m = teardown(st, other.job).await?;
+                healed.push(format!(
+                    "job {} had ended ({}) without its teardown: {m}",
+                    other.job,
+                    state.as_deref().unwrap_or("no longer known to Slurm")
+                ));
+            }
+        }
     }
     let now = gpuq_protocol::time::now();
     let r = JobRecord {
@@ -442,10 +480,11 @@ pub fn setup(st: &State, job: u64, uid: u32, gid: u32, script: &str) -> Result<S
     let bytes = serde_json::to_vec_pretty(&r).map_err(|e| Error::Failed(e.to_string()))?;
     gpuq_durable::write_atomic(&st.record_path(job), &bytes, 0o600)
         .map_err(failed(format!("recording job {job}")))?;
-    Ok(format!(
+    healed.push(format!(
         "job {job} (uid {uid}): lease {} with profile {} recorded",
         r.lease, r.profile
-    ))
+    ));
+    Ok(healed.join("; "))
 }
 
 fn need_record(st: &State, job: u64) -> Result<JobRecord, Error> {
@@ -541,14 +580,20 @@ fn phase_label(p: &Phase) -> &'static str {
     }
 }
 
-/// `pre-run JOB`: the job's nodes, as Slurm gave them, are this host: the
-/// agent's socket exists nowhere else.
-pub async fn pre_run(st: &State, job: u64) -> Result<String, Error> {
-    let r = need_record(st, job)?;
+/// `squeue` about one job: the field `format` of `job` (any state), or
+/// `None` once Slurm no longer knows the job (it ended long ago).
+async fn squeue(cfg: &Config, job: u64, format: &str) -> Result<Option<String>, Error> {
     let out = tokio::time::timeout(
         Duration::from_secs(30),
-        tokio::process::Command::new(&st.cfg.squeue)
-            .args(["--noheader", "--jobs", &job.to_string(), "--format", "%N"])
+        tokio::process::Command::new(&cfg.squeue)
+            .args([
+                "--noheader",
+                "--states=all",
+                "--jobs",
+                &job.to_string(),
+                "--format",
+                format,
+            ])
             .kill_on_drop(true)
             .output(),
     )
@@ -556,19 +601,54 @@ pub async fn pre_run(st: &State, job: u64) -> Result<String, Error> {
     .map_err(|_| {
         Error::Failed(format!(
             "{} did not answer within 30s",
-            st.cfg.squeue.display()
+            cfg.squeue.display()
         ))
     })?
-    .map_err(failed(st.cfg.squeue.display()))?;
+    .map_err(failed(cfg.squeue.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
+        if err.contains("Invalid job id") {
+            return Ok(None);
+        }
         return Err(Error::Failed(format!(
             "{} for job {job}: {} {}",
-            st.cfg.squeue.display(),
+            cfg.squeue.display(),
             out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            err.trim()
         )));
     }
-    let nodes = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    Ok((!text.is_empty()).then_some(text))
+}
+
+/// Slurm job states after which no teardown of the job comes any more.
+fn ended(state: &str) -> bool {
+    !matches!(
+        state,
+        "PENDING"
+            | "CONFIGURING"
+            | "RUNNING"
+            | "COMPLETING"
+            | "SUSPENDED"
+            | "REQUEUED"
+            | "REQUEUE_FED"
+            | "REQUEUE_HOLD"
+            | "RESIZING"
+            | "SIGNALING"
+            | "STAGE_OUT"
+            | "STOPPED"
+            | "RESV_DEL_HOLD"
+            | "SPECIAL_EXIT"
+    )
+}
+
+/// `pre-run JOB`: the job's nodes, as Slurm gave them, are this host: the
+/// agent's socket exists nowhere else.
+pub async fn pre_run(st: &State, job: u64) -> Result<String, Error> {
+    let r = need_record(st, job)?;
+    let nodes = squeue(&st.cfg, job, "%N")
+        .await?
+        .ok_or_else(|| Error::Failed(format!("Slurm does not know job {job}")))?;
     if nodes != st.cfg.agent_host {
         return Err(Error::Refused(format!(
             "job {job} was given {nodes:?}, but lease {}'s DAOS agent runs on {} only: submit DAOS jobs with --nodelist={} (docs/slurm.md)",

@@ -86,7 +86,8 @@ fn run(cli: Cli) -> Result<String, gpuq_slurm::Error> {
             script,
         } => {
             let text = read_script(&script)?;
-            setup(&State::lock(&cfg)?, job, uid, gid, &text)
+            let st = State::lock(&cfg)?;
+            runtime()?.block_on(setup(&st, job, uid, gid, &text))
         }
         Verb::DataIn { job } => {
             let st = State::lock(&cfg)?;

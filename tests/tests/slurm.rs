@@ -1,0 +1,531 @@
+//! The DAOS site as Slurm's per-job storage (issue #19), against real
+//! Slurm: Debian's munged, slurmctld, slurmd and client commands on the
+//! test cluster (`integration/cluster/slurm`: slurmctld and a slurmd on
+//! cxl2, a second slurmd on gpu2), Slurm's own burst_buffer/lua plugin
+//! running gpuq's `config/slurm/burst_buffer.lua`, which calls
+//! `gpuq-slurm`; the four node helpers and the DAOS simulator image as in
+//! every cluster test. Nothing of Slurm is simulated.
+
+use gpuq_system_tests::cluster::*;
+use gpuq_system_tests::daos_site::{daos_tables, dmg_on_host};
+use gpuq_system_tests::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+const ALICE: u32 = 61001;
+const BOB: u32 = 61002;
+
+fn slurm_missing() -> Option<String> {
+    for t in [
+        "/usr/sbin/munged",
+        "/usr/sbin/slurmctld",
+        "/usr/sbin/slurmd",
+        "/usr/bin/sbatch",
+        "/usr/lib/x86_64-linux-gnu/slurm-wlm/burst_buffer_lua.so",
+    ] {
+        if !Path::new(t).exists() {
+            return Some(format!(
+                "needs {t} (slurmctld, slurmd, munge, slurm-client: integration/install-deps)"
+            ));
+        }
+    }
+    None
+}
+
+macro_rules! require_slurm {
+    () => {
+        require_cluster_env!();
+        require_env!();
+        if let Some(why) = slurm_missing() {
+            cannot_run(module_path!(), &why);
+            return;
+        }
+    };
+}
+
+/// A cluster with the simulator image on the nodes, Slurm up, and
+/// gpuq-slurm's configuration (`[slurm]` + the cluster's `[daos]`).
+struct SlurmSite {
+    c: Cluster,
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    conf: PathBuf,
+}
+
+impl SlurmSite {
+    fn up(name: &str) -> SlurmSite {
+        let (archive, image) = sim_image();
+        let c = Cluster::up_with(
+            name,
+            &[
+                ("GPUQ_CLUSTER_IMAGE", &archive),
+                ("GPUQ_CLUSTER_PROFILE_IMAGE", &image),
+            ],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let conf = root.join("gpuq-slurm.toml");
+        let text = format!(
+            "[slurm]\nstate_dir = \"{}\"\nagent_host = \"cxl2\"\n\n{}",
+            root.join("state").display(),
+            daos_tables(&c, &root, &image)
+        );
+        std::fs::write(&conf, text).unwrap();
+        std::fs::set_permissions(&conf, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let out =
+            c.id.command("slurm")
+                .arg("up")
+                .env("GPUQ_SLURM_CONFIG", &conf)
+                .output()
+                .unwrap();
+        assert!(out.status.success(), "slurm up: {}", stderr(&out));
+        SlurmSite {
+            c,
+            _dir: dir,
+            root,
+            conf,
+        }
+    }
+
+    /// A Slurm client command in cxl2's namespace, as root.
+    fn slurm(&self, args: &[&str]) -> Output {
+        self.c
+            .id
+            .command("slurm")
+            .arg("run")
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// The same as `uid` (no groups of root's).
+    fn slurm_as(&self, uid: u32, args: &[&str]) -> Output {
+        self.c
+            .id
+            .command("slurm")
+            .arg("as")
+            .arg(uid.to_string())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// A directory of `uid`'s own for a job's script and output.
+    fn user_dir(&self, uid: u32, name: &str) -> PathBuf {
+        let d = self.root.join(name);
+        std::fs::create_dir(&d).unwrap();
+        std::os::unix::fs::chown(&d, Some(uid), Some(uid)).unwrap();
+        d
+    }
+
+    /// Write `body` as `dir/job.sh` (the user's) and sbatch it as `uid`.
+    fn sbatch(
+        &self,
+        uid: u32,
+        dir: &Path,
+        sbatch_args: &[&str],
+        body: &str,
+    ) -> Result<u64, String> {
+        let script = dir.join("job.sh");
+        std::fs::write(&script, body).unwrap();
+        std::os::unix::fs::chown(&script, Some(uid), Some(uid)).unwrap();
+        let mut args = vec!["sbatch", "--parsable"];
+        args.extend_from_slice(sbatch_args);
+        let s = script.display().to_string();
+        args.push(&s);
+        let out = self.slurm_as(uid, &args);
+        if !out.status.success() {
+            return Err(format!("{}{}", stdout(&out), stderr(&out)));
+        }
+        Ok(stdout(&out)
+            .trim()
+            .parse()
+            .expect("sbatch --parsable: a job ID"))
+    }
+
+    /// A DAOS job: waits for `dir/go` if `wait`, records its start, uid,
+    /// DAOS variables and the simulator's `dmg system query` through the
+    /// lease's own TLS, then its end.
+    fn daos_job(&self, uid: u32, dir: &Path, directive: &str, wait: bool) -> Result<u64, String> {
+        let o = dir.display();
+        let body = format!(
+            "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{directive}\n\
+             date +%s.%N > {o}/start\nid -u > {o}/uid\nenv | grep ^DAOS_ | sort > {o}/env\n\
+             {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > {o}/query.json\n\
+             {wait}date +%s.%N > {o}/end\n",
+            dmg = dmg_on_host(),
+            wait = if wait {
+                format!("while [ ! -e {o}/go ]; do sleep 0.2; done\n")
+            } else {
+                String::new()
+            }
+        );
+        self.sbatch(uid, dir, &["-w", "cxl2"], &body)
+    }
+
+    /// `scontrol show job`'s `KEY=value` pairs of `job`.
+    fn job(&self, job: u64) -> std::collections::HashMap<String, String> {
+        let out = self.slurm(&["scontrol", "--oneliner", "show", "job", &job.to_string()]);
+        stdout(&out)
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn job_state(&self, job: u64) -> (String, String) {
+        let j = self.job(job);
+        (
+            j.get("JobState").cloned().unwrap_or_default(),
+            j.get("Reason").cloned().unwrap_or_default(),
+        )
+    }
+
+    /// Wait until `job` is in a final state; return it.
+    fn wait_end(&self, job: u64, secs: u64) -> String {
+        let t0 = Instant::now();
+        loop {
+            let (st, reason) = self.job_state(job);
+            if [
+                "COMPLETED",
+                "FAILED",
+                "CANCELLED",
+                "TIMEOUT",
+                "NODE_FAIL",
+                "BOOT_FAIL",
+                "DEADLINE",
+                "OUT_OF_MEMORY",
+                "PREEMPTED",
+            ]
+            .contains(&st.as_str())
+            {
+                return st;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(secs),
+                "job {job} still {st} ({reason}) after {secs}s\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// The gpuq-slurm verb, in cxl2's namespace, as root.
+    fn gpuq_slurm(&self, args: &[&str]) -> Output {
+        let mut a = vec![bin("gpuq-slurm").display().to_string(), "--config".into()];
+        a.push(self.conf.display().to_string());
+        a.extend(args.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        self.slurm(&a)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let out = self.gpuq_slurm(&["status", "--json"]);
+        assert!(out.status.success(), "{}", stdout(&out));
+        serde_json::from_str(stdout(&out).trim()).unwrap()
+    }
+
+    fn state(&self) -> PathBuf {
+        self.root.join("state")
+    }
+
+    /// The lease records' phases, by lease name.
+    fn leases(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let Ok(dir) = std::fs::read_dir(self.state().join("leases")) else {
+            return out; // no verb has run yet
+        };
+        for e in dir {
+            let p = e.unwrap().path();
+            let n = p.file_name().unwrap().to_string_lossy().to_string();
+            if n.starts_with("slurm") && n.ends_with(".json") {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap();
+                out.push((
+                    n.trim_end_matches(".json").to_string(),
+                    v["phase"].to_string(),
+                ));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// slurmctld's lines about burst buffers (what gpuq-slurm said).
+    fn logs(&self) -> String {
+        let log =
+            std::fs::read_to_string(self.c.dir().join("logs/slurmctld.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("burst_buffer") || l.contains("gpuq"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Nothing of any lease anywhere: no container on any host, no node
+    /// holding a lease, no record, no hold, every lease released.
+    fn assert_clean(&self) {
+        for host in ["cxl2", "da1", "da2", "da3", "da4"] {
+            assert!(
+                eventually(20, || self.c.containers(host).is_empty()),
+                "{host}: {:?}",
+                self.c.containers(host)
+            );
+        }
+        for n in NODES {
+            let (code, body) = self.c.http(&self.c.node_sock(n), "GET", "/v1/status", None);
+            assert_eq!(code, 200, "{body}");
+            let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert!(st["lease"].is_null(), "{n} still holds a lease: {st}");
+        }
+        let s = self.status();
+        assert_eq!(s["free"], true, "{s}");
+        assert!(s["held"].is_null(), "{s}");
+        assert!(!self.state().join("leases/active.json").exists());
+        for (l, phase) in self.leases() {
+            assert_eq!(phase, "\"released\"", "{l}");
+        }
+    }
+}
+
+fn read(dir: &Path, f: &str) -> String {
+    std::fs::read_to_string(dir.join(f)).unwrap_or_default()
+}
+
+fn joined(dir: &Path) -> usize {
+    let q: serde_json::Value = serde_json::from_str(&read(dir, "query.json")).unwrap_or_default();
+    q["response"]["members"]
+        .as_array()
+        .map(|m| m.iter().filter(|m| m["state"] == "joined").count())
+        .unwrap_or(0)
+}
+
+const DAOS: &str = "#BB_LUA daos pool=daos capacity=1";
+
+#[test]
+fn two_users_daos_jobs_take_turns_on_the_site_and_a_gpu_job_runs_beside_them() {
+    require_slurm!();
+    let s = SlurmSite::up("sl");
+    let a_dir = s.user_dir(ALICE, "a");
+    let b_dir = s.user_dir(BOB, "b");
+    let c_dir = s.user_dir(ALICE, "c");
+    let a = s.daos_job(ALICE, &a_dir, DAOS, true).unwrap();
+    let b = s.daos_job(BOB, &b_dir, DAOS, false).unwrap();
+    // Alice's job runs (it waits for `go`); Bob's waits for the site with
+    // a reason Slurm users know.
+    assert!(
+        eventually(90, || a_dir.join("end").exists()
+            || a_dir.join("query.json").exists()),
+        "alice's job did not start: {:?}\n{}",
+        s.job_state(a),
+        s.logs()
+    );
+    let (st, reason) = s.job_state(b);
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("PENDING", "BurstBufferResources")
+    );
+    let status = s.status();
+    assert_eq!(status["free"], false, "{status}");
+    assert_eq!(status["jobs"][0]["job"], a, "{status}");
+    assert_eq!(status["jobs"][0]["phase"], "running", "{status}");
+    // A GPU-only job on the other GPU host runs meanwhile, with nothing of
+    // DAOS.
+    let c = s
+        .sbatch(
+            ALICE,
+            &c_dir,
+            &["-w", "gpu2"],
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {o}/slurm.out\nhostname > {o}/host\nenv | grep -c ^DAOS_ > {o}/daos; true\n",
+                o = c_dir.display()
+            ),
+        )
+        .unwrap();
+    assert_eq!(s.wait_end(c, 60), "COMPLETED");
+    assert_eq!(read(&c_dir, "host").trim(), "gpu2");
+    assert_eq!(read(&c_dir, "daos").trim(), "0");
+    assert!(
+        s.c.containers("cxl2").len() == 1,
+        "{:?}",
+        s.c.containers("cxl2")
+    );
+    assert_eq!(s.job_state(a).0, "RUNNING");
+    assert_eq!(s.job_state(b).0, "PENDING");
+    std::fs::write(a_dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(a, 60), "COMPLETED", "{}", s.logs());
+    assert_eq!(s.wait_end(b, 120), "COMPLETED", "{}", s.logs());
+    // Each ran as its user against four joined ranks of its own lease.
+    for (dir, uid) in [(&a_dir, ALICE), (&b_dir, BOB)] {
+        assert_eq!(read(dir, "uid").trim(), uid.to_string());
+        assert_eq!(joined(dir), 4, "{}\n{}", read(dir, "query.json"), s.logs());
+        let env = read(dir, "env");
+        assert!(
+            env.contains("DAOS_SYSTEM=") && env.contains("DAOS_AGENT_DRPC_DIR="),
+            "{env}"
+        );
+    }
+    assert!(read(&a_dir, "env").contains(&format!("/slurm{a}-")));
+    assert!(read(&b_dir, "env").contains(&format!("/slurm{b}-")));
+    // One at a time: Bob's started after Alice's ended.
+    let t = |d: &Path, f: &str| read(d, f).trim().parse::<f64>().unwrap();
+    assert!(t(&b_dir, "start") > t(&a_dir, "end"));
+    // Both leases' whole cleanup (the wipe included) ran, in slurmctld's
+    // log (Bob's teardown runs after his job has ended).
+    assert!(
+        eventually(60, || s.status()["free"] == true),
+        "{}",
+        s.status()
+    );
+    let log = s.logs();
+    for j in [a, b] {
+        assert!(
+            log.contains(&format!("teardown job {j}: job {j}: lease slurm{j}-")),
+            "{log}"
+        );
+    }
+    assert!(log.contains("cleanup wipe: "), "{log}");
+    assert_eq!(s.leases().len(), 2);
+    s.assert_clean();
+}
+
+#[test]
+fn a_request_gpuq_cannot_serve_is_refused_at_submission_and_touches_nothing() {
+    require_slurm!();
+    let s = SlurmSite::up("slbad");
+    let d = s.user_dir(ALICE, "a");
+    // Without pool= Slurm itself refuses it (capacity from no pool).
+    let e = s
+        .daos_job(ALICE, &d, "#BB_LUA daos capacity=1", false)
+        .expect_err("no pool");
+    assert!(e.contains("Burst Buffer request invalid"), "{e}");
+    for (directive, says) in [
+        ("#BB_LUA daos pool=daos capacity=2", "capacity=2"),
+        (
+            "#BB_LUA daos pool=daos capacity=1 profile=nope",
+            "profile=nope",
+        ),
+        ("#BB_LUA lustre pool=daos capacity=1", "serves only"),
+    ] {
+        let r = s.daos_job(ALICE, &d, directive, false);
+        let e = r.expect_err(directive);
+        assert!(
+            e.contains(says) || s.logs().contains(says),
+            "{directive}: {e}\n{}",
+            s.logs()
+        );
+    }
+    assert!(
+        std::fs::read_dir(s.state().join("jobs"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+            == 0
+    );
+    assert!(s.leases().is_empty());
+    s.assert_clean();
+}
+
+#[test]
+fn scancel_while_the_site_is_prepared_or_the_job_runs_cleans_and_releases_it() {
+    require_slurm!();
+    let s = SlurmSite::up("slcan");
+    // During the preparation: as soon as the lease exists.
+    let d1 = s.user_dir(ALICE, "a");
+    let j1 = s.daos_job(ALICE, &d1, DAOS, true).unwrap();
+    assert!(
+        eventually(60, || !s.leases().is_empty()),
+        "no lease for job {j1}: {:?}\n{}",
+        s.job_state(j1),
+        s.logs()
+    );
+    let out = s.slurm_as(ALICE, &["scancel", &j1.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(s.wait_end(j1, 60), "CANCELLED");
+    assert!(!d1.join("start").exists(), "the job itself never ran");
+    // Slurm 22.05 kills the data-in and the teardown it has just started
+    // and runs no other: the next DAOS job's setup finds job 1 ended and
+    // does its teardown first (whichever ran it, it is in the log).
+    // While the next job runs, then.
+    let d2 = s.user_dir(BOB, "b");
+    let j2 = s.daos_job(BOB, &d2, DAOS, true).unwrap();
+    assert!(
+        eventually(90, || d2.join("query.json").exists()),
+        "{:?}\n{}",
+        s.job_state(j2),
+        s.logs()
+    );
+    let out = s.slurm_as(BOB, &["scancel", &j2.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(s.wait_end(j2, 60), "CANCELLED");
+    assert!(
+        eventually(120, || s.status()["free"] == true),
+        "{}\n{}",
+        s.status(),
+        s.logs()
+    );
+    assert_eq!(joined(&d2), 4);
+    let log = s.logs();
+    assert!(
+        log.contains(&format!("lease slurm{j1}-"))
+            && log.contains("released")
+            && log.contains(&format!("teardown job {j2}: job {j2}: lease slurm{j2}-")),
+        "{log}"
+    );
+    assert_eq!(s.leases().len(), 2, "{:?}", s.leases());
+    s.assert_clean();
+}
+
+#[test]
+fn a_failed_teardown_holds_the_site_the_next_job_waits_and_recover_lets_it_run() {
+    require_slurm!();
+    let s = SlurmSite::up("slhold");
+    let a_dir = s.user_dir(ALICE, "a");
+    let b_dir = s.user_dir(BOB, "b");
+    let a = s.daos_job(ALICE, &a_dir, DAOS, true).unwrap();
+    assert!(
+        eventually(90, || a_dir.join("query.json").exists()),
+        "{:?}\n{}",
+        s.job_state(a),
+        s.logs()
+    );
+    let b = s.daos_job(BOB, &b_dir, DAOS, false).unwrap();
+    // da3's helper unreachable before the cleanup: the teardown holds.
+    let sock = s.c.node_sock("da3");
+    let off = sock.with_extension("off");
+    std::fs::rename(&sock, &off).unwrap();
+    std::fs::write(a_dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(a, 60), "COMPLETED");
+    assert!(
+        eventually(120, || !s.status()["held"].is_null()),
+        "{}\n{}",
+        s.status(),
+        s.logs()
+    );
+    // Slurm retries the teardown, gives the buffer up; Bob's job still
+    // waits for the site, with a reason `squeue` shows.
+    std::thread::sleep(Duration::from_secs(40));
+    let (st, reason) = s.job_state(b);
+    assert_eq!(st, "PENDING", "{reason}\n{}", s.logs());
+    assert!(reason.starts_with("BurstBuffer"), "{reason}");
+    assert!(!b_dir.join("start").exists());
+    let pools = stdout(&s.gpuq_slurm(&["pools"]));
+    assert!(pools.contains("\"quantity\":0"), "{pools}");
+    let status = stdout(&s.gpuq_slurm(&["status"]));
+    assert!(
+        status.contains("HELD") && status.contains("gpuq-slurm recover"),
+        "{status}"
+    );
+    // Recover while da3 is still unreachable: still held.
+    let r = s.gpuq_slurm(&["recover"]);
+    assert_eq!(r.status.code(), Some(75), "{}", stdout(&r));
+    assert!(!s.status()["held"].is_null());
+    // Fixed: recover releases, and Bob's job runs.
+    std::fs::rename(&off, &sock).unwrap();
+    let r = s.gpuq_slurm(&["recover"]);
+    assert!(r.status.success(), "{}", stdout(&r));
+    assert_eq!(s.wait_end(b, 180), "COMPLETED", "{}", s.logs());
+    assert_eq!(joined(&b_dir), 4);
+    s.assert_clean();
+}
