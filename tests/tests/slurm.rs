@@ -163,7 +163,8 @@ impl SlurmSite {
                 String::new()
             }
         );
-        self.sbatch(uid, dir, &["-w", "cxl2"], &body)
+        // No node list: gpuq-slurm's setup pins the job to cxl2.
+        self.sbatch(uid, dir, &[], &body)
     }
 
     /// `scontrol show job`'s `KEY=value` pairs of `job`.
@@ -527,5 +528,79 @@ fn a_failed_teardown_holds_the_site_the_next_job_waits_and_recover_lets_it_run()
     assert!(r.status.success(), "{}", stdout(&r));
     assert_eq!(s.wait_end(b, 180), "COMPLETED", "{}", s.logs());
     assert_eq!(joined(&b_dir), 4);
+    s.assert_clean();
+}
+
+#[test]
+fn a_failed_job_a_timed_out_job_and_a_job_on_the_wrong_host_each_leave_the_site_clean() {
+    require_slurm!();
+    let s = SlurmSite::up("slend");
+    let (d1, d2, d3) = (
+        s.user_dir(ALICE, "fail"),
+        s.user_dir(BOB, "time"),
+        s.user_dir(ALICE, "gpu2"),
+    );
+    let body = |d: &Path, extra: &str, then: &str| {
+        format!(
+            "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{extra}{DAOS}\n\
+             date +%s.%N > {o}/start\n{dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > {o}/query.json\n{then}\n",
+            o = d.display(),
+            dmg = dmg_on_host()
+        )
+    };
+    // Fails with its own status.
+    let j1 = s.sbatch(ALICE, &d1, &[], &body(&d1, "", "exit 3")).unwrap();
+    // Runs past its time limit (one minute, Slurm's smallest).
+    let j2 = s
+        .sbatch(
+            BOB,
+            &d2,
+            &[],
+            &body(&d2, "#SBATCH -t 1\n", "exec sleep 600"),
+        )
+        .unwrap();
+    // Asks for gpu2, where the lease's agent is not: its setup refuses it
+    // before anything of a lease is made.
+    let j3 = s
+        .sbatch(ALICE, &d3, &["-w", "gpu2"], &body(&d3, "", "true"))
+        .unwrap();
+    assert_eq!(s.wait_end(j1, 120), "FAILED", "{}", s.logs());
+    assert_eq!(s.job(j1).get("ExitCode").map(String::as_str), Some("3:0"));
+    assert_eq!(joined(&d1), 4);
+    assert_eq!(s.wait_end(j2, 240), "TIMEOUT", "{}", s.logs());
+    assert_eq!(joined(&d2), 4);
+    // j3 never runs its script: Slurm keeps it pending with the setup's
+    // refusal as its reason.
+    assert!(
+        eventually(120, || s
+            .logs()
+            .contains(&format!("job {j3} asks for nodes \"gpu2\""))),
+        "{:?}\n{}",
+        s.job(j3),
+        s.logs()
+    );
+    let (st, reason) = s.job_state(j3);
+    assert!(!d3.join("start").exists(), "the job ran on gpu2");
+    eprintln!("job {j3} after the refused setup: {st} {reason}");
+    assert_ne!(st, "RUNNING");
+    let log = s.logs();
+    assert!(log.contains("--nodelist=cxl2"), "{log}");
+    assert!(
+        eventually(60, || s.status()["free"] == true),
+        "{}",
+        s.status()
+    );
+    for j in [j1, j2] {
+        assert!(log.contains(&format!("lease slurm{j}-")), "{j}: {log}");
+        assert!(
+            log.contains(&format!("setup job {j}: job {j} (uid")) && log.contains("pinned to cxl2"),
+            "{log}"
+        );
+        assert_eq!(s.job(j).get("NodeList").map(String::as_str), Some("cxl2"));
+    }
+    assert!(!log.contains(&format!("lease slurm{j3}-")), "{log}");
+    assert_eq!(s.leases().len(), 2, "{:?}", s.leases());
+    // Whatever Slurm did with j3, nothing of it is left running.
+    let _ = s.slurm(&["scancel", &j3.to_string()]);
     s.assert_clean();
 }

@@ -57,6 +57,7 @@ struct RawSlurm {
     default_profile: Option<String>,
     agent_host: String,
     squeue: Option<PathBuf>,
+    scontrol: Option<PathBuf>,
     lock_wait_secs: Option<u64>,
 }
 
@@ -73,8 +74,10 @@ pub struct Config {
     /// The Slurm node (`NodeName`) that is this host: the lease's agent
     /// runs on its Podman, so a DAOS job must run there.
     pub agent_host: String,
-    /// Slurm's `squeue`, for the node a job was given (`pre-run`).
+    /// Slurm's `squeue`, for a job's state and nodes.
     pub squeue: PathBuf,
+    /// Slurm's `scontrol`, to pin a DAOS job to `agent_host` at its setup.
+    pub scontrol: PathBuf,
     /// How long a verb waits for another one's lock.
     pub lock_wait: Duration,
     pub daos: DaosConfig,
@@ -148,6 +151,9 @@ pub fn load(path: &Path) -> Result<Config, Error> {
     }
     let squeue = gpuq_lifecycle::config::absolute("slurm.squeue", s.squeue, "/usr/bin/squeue")
         .map_err(|e| bad(e.key, &e.message))?;
+    let scontrol =
+        gpuq_lifecycle::config::absolute("slurm.scontrol", s.scontrol, "/usr/bin/scontrol")
+            .map_err(|e| bad(e.key, &e.message))?;
     let lock_wait = Duration::from_secs(s.lock_wait_secs.unwrap_or(600).clamp(1, 86400));
     Ok(Config {
         state_dir,
@@ -155,6 +161,7 @@ pub fn load(path: &Path) -> Result<Config, Error> {
         default_profile,
         agent_host: s.agent_host,
         squeue,
+        scontrol,
         lock_wait,
         daos,
     })
@@ -468,6 +475,10 @@ pub async fn setup(
             }
         }
     }
+    // The lease's agent runs on this host only: a job that asks for other
+    // nodes is refused; one that asks for none is pinned here, before
+    // Slurm allocates it (setup runs while the job is pending).
+    let pinned = pin(&st.cfg, job).await?;
     let now = gpuq_protocol::time::now();
     let r = JobRecord {
         job,
@@ -481,7 +492,7 @@ pub async fn setup(
     gpuq_durable::write_atomic(&st.record_path(job), &bytes, 0o600)
         .map_err(failed(format!("recording job {job}")))?;
     healed.push(format!(
-        "job {job} (uid {uid}): lease {} with profile {} recorded",
+        "job {job} (uid {uid}): lease {} with profile {} recorded; {pinned}",
         r.lease, r.profile
     ));
     Ok(healed.join("; "))
@@ -592,7 +603,7 @@ async fn squeue(cfg: &Config, job: u64, format: &str) -> Result<Option<String>, 
                 "--jobs",
                 &job.to_string(),
                 "--format",
-                format,
+                &format!("%i|{format}"),
             ])
             .kill_on_drop(true)
             .output(),
@@ -618,7 +629,55 @@ async fn squeue(cfg: &Config, job: u64, format: &str) -> Result<Option<String>, 
             err.trim()
         )));
     }
-    Ok((!text.is_empty()).then_some(text))
+    // `ID|field` (the field may be empty: no node list asked for).
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{job}|")))
+        .map(|f| f.trim().to_string()))
+}
+
+/// Make `job` run on `agent_host`: refused if it asks for other nodes.
+async fn pin(cfg: &Config, job: u64) -> Result<String, Error> {
+    let asked = squeue(cfg, job, "%n")
+        .await?
+        .ok_or_else(|| Error::Failed(format!("Slurm does not know job {job}")))?;
+    let host = &cfg.agent_host;
+    if asked == *host {
+        return Ok(format!("it asked for {host}"));
+    }
+    if !asked.is_empty() && asked != "(null)" {
+        return Err(Error::Refused(format!(
+            "job {job} asks for nodes {asked:?}, but the DAOS site's agent runs on {host} only: submit DAOS jobs with --nodelist={host} or without a node list (docs/slurm.md)"
+        )));
+    }
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(&cfg.scontrol)
+            .args([
+                "update",
+                &format!("JobId={job}"),
+                &format!("ReqNodeList={host}"),
+            ])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| {
+        Error::Failed(format!(
+            "{} did not answer within 30s",
+            cfg.scontrol.display()
+        ))
+    })?
+    .map_err(failed(cfg.scontrol.display()))?;
+    if !out.status.success() {
+        return Err(Error::Failed(format!(
+            "{} update JobId={job} ReqNodeList={host}: {} {}",
+            cfg.scontrol.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(format!("pinned to {host}, where its agent runs"))
 }
 
 /// Slurm job states after which no teardown of the job comes any more.
