@@ -583,6 +583,22 @@ fn a_failed_job_a_timed_out_job_and_a_job_on_the_wrong_host_each_leave_the_site_
     assert!(!d3.join("start").exists(), "the job ran on gpu2");
     eprintln!("job {j3} after the refused setup: {st} {reason}");
     assert_ne!(st, "RUNNING");
+    assert!(
+        reason.contains("asks_for_nodes") || reason.contains("BurstBuffer"),
+        "{reason}"
+    );
+    // Torn down at once (Flags=TeardownFailure): the refused job does not
+    // keep the site's one unit; the next DAOS job runs.
+    let d4 = s.user_dir(BOB, "after");
+    let j4 = s.daos_job(BOB, &d4, DAOS, false).unwrap();
+    assert_eq!(
+        s.wait_end(j4, 120),
+        "COMPLETED",
+        "{:?}\n{}",
+        s.job(j4),
+        s.logs()
+    );
+    assert_eq!(joined(&d4), 4);
     let log = s.logs();
     assert!(log.contains("--nodelist=cxl2"), "{log}");
     assert!(
@@ -590,7 +606,7 @@ fn a_failed_job_a_timed_out_job_and_a_job_on_the_wrong_host_each_leave_the_site_
         "{}",
         s.status()
     );
-    for j in [j1, j2] {
+    for j in [j1, j2, j4] {
         assert!(log.contains(&format!("lease slurm{j}-")), "{j}: {log}");
         assert!(
             log.contains(&format!("setup job {j}: job {j} (uid")) && log.contains("pinned to cxl2"),
@@ -599,7 +615,7 @@ fn a_failed_job_a_timed_out_job_and_a_job_on_the_wrong_host_each_leave_the_site_
         assert_eq!(s.job(j).get("NodeList").map(String::as_str), Some("cxl2"));
     }
     assert!(!log.contains(&format!("lease slurm{j3}-")), "{log}");
-    assert_eq!(s.leases().len(), 2, "{:?}", s.leases());
+    assert_eq!(s.leases().len(), 3, "{:?}", s.leases());
     // Whatever Slurm did with j3, nothing of it is left running.
     let _ = s.slurm(&["scancel", &j3.to_string()]);
     s.assert_clean();

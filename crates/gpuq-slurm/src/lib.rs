@@ -191,8 +191,8 @@ pub fn lease_name(job: u64, now: i64) -> String {
 pub struct State {
     cfg: Config,
     /// Held for the whole invocation; released by the kernel however the
-    /// process ends.
-    _lock: nix::fcntl::Flock<std::fs::File>,
+    /// process ends. `None`: a reader ([`State::reader`]).
+    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
 }
 
 /// `dir` as root's own directory (created 0700 if missing): not a link,
@@ -242,7 +242,7 @@ impl State {
                 Ok(lock) => {
                     return Ok(State {
                         cfg: cfg.clone(),
-                        _lock: lock,
+                        _lock: Some(lock),
                     })
                 }
                 Err((f, nix::errno::Errno::EWOULDBLOCK)) => {
@@ -261,6 +261,26 @@ impl State {
                 }
             }
         }
+    }
+
+    /// The records without the lock, for the verbs that only read and
+    /// must never wait: `paths` (Slurm runs it inside slurmctld itself,
+    /// with no timeout) and `status` (`scontrol show bbstat`, any user's).
+    /// Every record is replaced by an atomic rename, so a reader sees the
+    /// old one or the new one.
+    pub fn reader(cfg: &Config) -> Result<State, Error> {
+        for d in [
+            cfg.state_dir.clone(),
+            cfg.state_dir.join("jobs"),
+            cfg.state_dir.join("leases"),
+        ] {
+            // Made (0700) if missing, as by the first locked verb; checked.
+            own_dir(&d)?;
+        }
+        Ok(State {
+            cfg: cfg.clone(),
+            _lock: None,
+        })
     }
 
     fn leases_dir(&self) -> PathBuf {

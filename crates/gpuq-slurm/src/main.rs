@@ -93,7 +93,7 @@ fn run(cli: Cli) -> Result<String, gpuq_slurm::Error> {
             let st = State::lock(&cfg)?;
             runtime()?.block_on(data_in(&st, job))
         }
-        Verb::Paths { job, path_file } => paths(&State::lock(&cfg)?, job, &path_file),
+        Verb::Paths { job, path_file } => paths(&State::reader(&cfg)?, job, &path_file),
         Verb::PreRun { job } => {
             let st = State::lock(&cfg)?;
             runtime()?.block_on(pre_run(&st, job))
@@ -107,7 +107,7 @@ fn run(cli: Cli) -> Result<String, gpuq_slurm::Error> {
             runtime()?.block_on(recover(&st))
         }
         Verb::Status { json } => {
-            let st = State::lock(&cfg)?;
+            let st = State::reader(&cfg)?;
             let v = status(&st)?;
             Ok(if json {
                 v.to_string()
