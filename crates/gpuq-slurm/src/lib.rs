@@ -116,8 +116,13 @@ fn failed(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> Error 
 /// Read and check `path` (root's, not writable by others: `read_trusted`).
 pub fn load(path: &Path) -> Result<Config, Error> {
     let text = gpuq_conffile::read_trusted(path).map_err(|e| Error::Config(e.to_string()))?;
+    parse(path, &text)
+}
+
+/// The configuration in `text` (read from `path`, named in errors).
+pub fn parse(path: &Path, text: &str) -> Result<Config, Error> {
     let raw: RawFile =
-        gpuq_conffile::parse_toml(path, &text).map_err(|e| Error::Config(e.to_string()))?;
+        gpuq_conffile::parse_toml(path, text).map_err(|e| Error::Config(e.to_string()))?;
     let bad = |key: &str, why: &str| Error::Config(format!("{}: {key}: {why}", path.display()));
     let daos = gpuq_lifecycle::config::parse(raw.daos).map_err(|e| bad(e.key, &e.message))?;
     let s = raw.slurm;
@@ -886,4 +891,127 @@ pub fn status(st: &State) -> Result<serde_json::Value, Error> {
 /// configuration file, since its content is the user's.
 pub fn read_script(path: &Path) -> Result<String, Error> {
     gpuq_conffile::read_trusted(path).map_err(|e| Error::Refused(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAOS: &str = r#"
+[daos]
+run_dir = "/run/gpuq/daos"
+podman_socket = "/run/podman/podman.sock"
+forward_dir = "/run/gpuq/links"
+identity_file = "/etc/gpuq/id"
+known_hosts_file = "/etc/gpuq/known_hosts"
+[[daos.nodes]]
+name = "da1"
+host = "da1"
+[daos.profiles.test]
+image = "sha256:0000000000000000000000000000000000000000000000000000000000000000"
+replicas = ["da1"]
+"#;
+
+    fn cfg(slurm: &str, daos: &str) -> Result<Config, Error> {
+        parse(
+            Path::new("/etc/gpuq/slurm.toml"),
+            &format!("{slurm}\n{daos}"),
+        )
+    }
+
+    #[test]
+    fn defaults_and_the_one_profile() {
+        let c = cfg("[slurm]\nagent_host = \"cxl2\"", DAOS).unwrap();
+        assert_eq!(c.state_dir, Path::new("/var/lib/gpuq/slurm"));
+        assert_eq!(c.pool, "daos");
+        assert_eq!(c.default_profile, "test");
+        assert_eq!(c.squeue, Path::new("/usr/bin/squeue"));
+        assert_eq!(c.scontrol, Path::new("/usr/bin/scontrol"));
+        assert_eq!(c.lock_wait, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn every_bad_value_is_one_line_naming_its_key() {
+        let two = format!(
+            "{DAOS}[daos.profiles.other]\nimage = \"sha256:{}\"\nreplicas = [\"da1\"]\n",
+            "1".repeat(64)
+        );
+        let cases: Vec<(String, &str, &str)> = vec![
+            ("[slurm]".into(), DAOS, "agent_host"),
+            (
+                "[slurm]\nagent_host = \"cxl2\"\nstate = 1".into(),
+                DAOS,
+                "state",
+            ),
+            (
+                "[slurm]\nagent_host = \"cxl2\"\nstate_dir = \"rel\"".into(),
+                DAOS,
+                "slurm.state_dir",
+            ),
+            (
+                "[slurm]\nagent_host = \"a b\"".into(),
+                DAOS,
+                "slurm.agent_host",
+            ),
+            (
+                "[slurm]\nagent_host = \"cxl2\"\npool = \"a/b\"".into(),
+                DAOS,
+                "slurm.pool",
+            ),
+            (
+                "[slurm]\nagent_host = \"cxl2\"\ndefault_profile = \"nope\"".into(),
+                DAOS,
+                "slurm.default_profile",
+            ),
+            (
+                "[slurm]\nagent_host = \"cxl2\"".into(),
+                &two,
+                "slurm.default_profile",
+            ),
+        ];
+        for (slurm, daos, key) in cases {
+            let e = cfg(&slurm, daos).unwrap_err();
+            assert!(matches!(e, Error::Config(_)), "{slurm}: {e}");
+            let e = e.to_string();
+            assert!(e.contains(key) && !e.contains('\n'), "{slurm}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_pool_is_empty_while_the_site_is_held_or_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg("[slurm]\nagent_host = \"cxl2\"", DAOS).unwrap();
+        c.state_dir = dir.path().to_path_buf();
+        let leases = dir.path().join("leases");
+        std::fs::create_dir(&leases).unwrap();
+        let quantity = |c: &Config| -> u64 {
+            let v: serde_json::Value = serde_json::from_str(&pools(c)).unwrap();
+            assert_eq!(v["pools"][0]["id"], "daos");
+            v["pools"][0]["quantity"].as_u64().unwrap()
+        };
+        assert_eq!(quantity(&c), 1);
+        // A lease that is running: its job has the unit; the pool's size
+        // stays 1.
+        let (store, _) = gpuq_lease::LeaseStore::open(&leases, 1).unwrap();
+        let mut l = store.create("slurm7-1", "slurm job 7", "test", 1).unwrap();
+        assert_eq!(quantity(&c), 1);
+        // Held: none.
+        store
+            .hold(&mut l, None, None, "a node did not confirm", 2)
+            .unwrap();
+        assert_eq!(quantity(&c), 0);
+        // blocked.json removed by hand: the lease record still says held.
+        std::fs::remove_file(leases.join("blocked.json")).unwrap();
+        assert_eq!(quantity(&c), 0);
+        // An unreadable pointer: fail closed.
+        std::fs::write(leases.join("active.json"), "{garbage").unwrap();
+        assert_eq!(quantity(&c), 0);
+    }
+
+    #[test]
+    fn lease_names_are_valid_lease_names() {
+        let n = lease_name(4_294_967_295, 1_796_390_124);
+        assert_eq!(n, "slurm4294967295-1796390124");
+        assert!(gpuq_protocol::node::valid_lease(&n));
+    }
 }
