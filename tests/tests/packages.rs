@@ -218,6 +218,12 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
             ("/usr/sbin/gpuq-broker", "0100755", "0"),
             ("/usr/sbin/gpuq-node", "0100755", "0"),
             ("/usr/libexec/gpuqueue-daos", "0100755", "0"),
+            ("/usr/libexec/gpuq/gpuq-slurm", "0100755", "0"),
+            (
+                "/usr/share/doc/gpuq/examples/slurm/burst_buffer.lua",
+                "0100644",
+                "0",
+            ),
             (
                 "/usr/lib/systemd/system/gpuq-broker.service",
                 "0100644",
@@ -297,6 +303,7 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
         for bin in [
             "gpuq/usr/bin/gpuq",
             "gpuq/usr/sbin/gpuq-broker",
+            "gpuq/usr/libexec/gpuq/gpuq-slurm",
             "gpuq-node/usr/sbin/gpuq-node",
         ] {
             let (_, v) = glibc_needed(&p.staged(bin));
@@ -396,6 +403,7 @@ fn rpms_install_into_an_empty_root_and_an_upgrade_keeps_a_changed_config() {
         ("/usr/bin/gpuq", 0o755),
         ("/usr/sbin/gpuq-broker", 0o755),
         ("/usr/sbin/gpuq-node", 0o755),
+        ("/usr/libexec/gpuq/gpuq-slurm", 0o755),
         ("/etc/gpuqueue-daos/broker.toml", 0o644),
         ("/etc/gpuqueue-daos/node.toml", 0o644),
     ] {

@@ -1009,6 +1009,15 @@ replicas = ["da1"]
     }
 
     #[test]
+    fn the_shipped_example_parses() {
+        let text = include_str!("../../../config/slurm/slurm.toml");
+        let c = parse(Path::new("config/slurm/slurm.toml"), text).unwrap();
+        assert_eq!(c.agent_host, "cxl2");
+        assert_eq!(c.default_profile, "inst1");
+        assert_eq!(c.daos.nodes.len(), 4);
+    }
+
+    #[test]
     fn lease_names_are_valid_lease_names() {
         let n = lease_name(4_294_967_295, 1_796_390_124);
         assert_eq!(n, "slurm4294967295-1796390124");
