@@ -160,7 +160,8 @@ pub enum LeaseError {
     Held { lease: String, reason: String },
 }
 
-fn phase_name(p: &Phase) -> &'static str {
+/// The phase as records and messages spell it.
+pub fn phase_name(p: &Phase) -> &'static str {
     match p {
         Phase::Preparing => "preparing",
         Phase::Running => "running",

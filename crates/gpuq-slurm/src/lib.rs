@@ -575,7 +575,9 @@ pub fn paths(st: &State, job: u64, path_file: &Path) -> Result<String, Error> {
             return Err(Error::Refused(format!(
                 "job {job}: lease {} is {} , not running; no DAOS variables",
                 r.lease,
-                other.map(|l| phase_label(&l.phase)).unwrap_or("missing")
+                other
+                    .map(|l| gpuq_lease::phase_name(&l.phase))
+                    .unwrap_or("missing")
             )))
         }
     }
@@ -606,41 +608,34 @@ pub fn paths(st: &State, job: u64, path_file: &Path) -> Result<String, Error> {
     ))
 }
 
-fn phase_label(p: &Phase) -> &'static str {
-    match p {
-        Phase::Preparing => "preparing",
-        Phase::Running => "running",
-        Phase::Cleaning => "cleaning",
-        Phase::Held { .. } => "held",
-        Phase::Released => "released",
-    }
+/// A Slurm command (`squeue`, `scontrol`) with `args`, within 30 s (its
+/// process killed past that): its output, whatever its exit status.
+async fn slurm_cmd(cmd: &Path, args: &[&str]) -> Result<std::process::Output, Error> {
+    tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(cmd)
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .map_err(|_| Error::Failed(format!("{} did not answer within 30s", cmd.display())))?
+    .map_err(failed(cmd.display()))
 }
 
 /// `squeue` about one job: the field `format` of `job` (any state), or
 /// `None` once Slurm no longer knows the job (it ended long ago).
 async fn squeue(cfg: &Config, job: u64, format: &str) -> Result<Option<String>, Error> {
-    let out = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::process::Command::new(&cfg.squeue)
-            .args([
-                "--noheader",
-                "--states=all",
-                "--jobs",
-                &job.to_string(),
-                "--format",
-                &format!("%i|{format}"),
-            ])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .map_err(|_| {
-        Error::Failed(format!(
-            "{} did not answer within 30s",
-            cfg.squeue.display()
-        ))
-    })?
-    .map_err(failed(cfg.squeue.display()))?;
+    let (id, fields) = (job.to_string(), format!("%i|{format}"));
+    let args = [
+        "--noheader",
+        "--states=all",
+        "--jobs",
+        &id,
+        "--format",
+        &fields,
+    ];
+    let out = slurm_cmd(&cfg.squeue, &args).await?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
@@ -675,25 +670,8 @@ async fn pin(cfg: &Config, job: u64) -> Result<String, Error> {
             "job {job} asks for nodes {asked:?}, but the DAOS site's agent runs on {host} only: submit DAOS jobs with --nodelist={host} or without a node list (docs/slurm.md)"
         )));
     }
-    let out = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::process::Command::new(&cfg.scontrol)
-            .args([
-                "update",
-                &format!("JobId={job}"),
-                &format!("ReqNodeList={host}"),
-            ])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .map_err(|_| {
-        Error::Failed(format!(
-            "{} did not answer within 30s",
-            cfg.scontrol.display()
-        ))
-    })?
-    .map_err(failed(cfg.scontrol.display()))?;
+    let (id, nodes) = (format!("JobId={job}"), format!("ReqNodeList={host}"));
+    let out = slurm_cmd(&cfg.scontrol, &["update", &id, &nodes]).await?;
     if !out.status.success() {
         return Err(Error::Failed(format!(
             "{} update JobId={job} ReqNodeList={host}: {} {}",
@@ -872,7 +850,7 @@ pub fn status(st: &State) -> Result<serde_json::Value, Error> {
                 .lease(&r.lease)
                 .ok()
                 .flatten()
-                .map(|l| phase_label(&l.phase))
+                .map(|l| gpuq_lease::phase_name(&l.phase))
                 .unwrap_or("not started");
             serde_json::json!({"job": r.job, "uid": r.uid, "lease": r.lease, "profile": r.profile, "phase": phase})
         })
