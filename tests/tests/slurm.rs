@@ -446,8 +446,21 @@ fn scancel_while_the_site_is_prepared_or_the_job_runs_cleans_and_releases_it() {
     assert_eq!(s.wait_end(j1, 60), "CANCELLED");
     assert!(!d1.join("start").exists(), "the job itself never ran");
     // Slurm 22.05 kills the data-in and the teardown it has just started
-    // and runs no other: the next DAOS job's setup finds job 1 ended and
-    // does its teardown first (whichever ran it, it is in the log).
+    // and runs no other: the data-in's worker, outside Slurm's process
+    // group, sees its supervisor gone, stops, cleans up and releases at
+    // once — no next job needed.
+    assert!(
+        eventually(120, || s.status()["free"] == true),
+        "{}\n{}",
+        s.status(),
+        s.logs()
+    );
+    assert!(
+        s.leases().iter().all(|(_, p)| p == "\"released\""),
+        "{:?}",
+        s.leases()
+    );
+    s.assert_clean();
     // While the next job runs, then.
     let d2 = s.user_dir(BOB, "b");
     let j2 = s.daos_job(BOB, &d2, DAOS, true).unwrap();

@@ -89,8 +89,15 @@ impl LocalSteps for SlurmSteps {
     }
 
     fn note(&self, line: &str) {
-        eprintln!("gpuq-slurm: {line}");
+        say(&format!("gpuq-slurm: {line}"));
     }
+}
+
+/// One line on stderr, never a panic: once Slurm has killed the process
+/// that reads it, writing fails (EPIPE) and the work goes on.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// `job-process`: the script's request is valid and names a configured
@@ -234,31 +241,57 @@ fn need_record(st: &State, job: u64) -> Result<JobRecord, Error> {
 
 /// `data-in JOB`: the whole preparation. On a failure the lease is cleaned
 /// up here (and released, or held if that fails).
-pub async fn data_in(st: &State, job: u64) -> Result<String, Error> {
+///
+/// `abandoned` turns true when Slurm has given this data-in up (it
+/// SIGKILLs the process group Slurm started on `scancel` or past
+/// `StageInTimeout`, and in 22.05 starts no teardown that lives): the
+/// preparation stops between two steps, the lease is cleaned up and
+/// released at once and the job's record removed, as the teardown would
+/// have done. `gpuq-slurm data-in` runs this in a worker outside Slurm's
+/// process group for that reason (main.rs).
+pub async fn data_in(
+    st: &State,
+    job: u64,
+    abandoned: tokio::sync::watch::Receiver<bool>,
+) -> Result<String, Error> {
     let r = need_record(st, job)?;
     let daos = st.daos()?;
     let steps = SlurmSteps { job: Some(job) };
     let out = async {
-        let host = daos
+        let mut host = daos
             .host(&r.profile)
             .map_err(|e| Error::Failed(e.to_string()))?;
+        host.stop = Some(abandoned.clone());
         let owner = format!("slurm job {job} (uid {})", r.uid);
-        match daos.prepare(&r.lease, &owner, r.uid, &r.profile, &host, &steps).await {
-            Ok(_) => Ok(format!(
-                "job {job}: lease {} ready: 4 ranks joined, agent up",
-                r.lease
-            )),
-            Err(e) => {
-                let why = e.to_string();
-                match daos.cleanup_for(&r.lease, &steps).await {
-                    Ok(_) => Err(Error::Failed(format!(
-                        "job {job}: the DAOS site could not be prepared ({why}); it was cleaned up and released"
-                    ))),
-                    Err(c) => Err(Error::Held(format!(
-                        "job {job}: the DAOS site could not be prepared ({why}), and its cleanup did not finish ({c}); the site is held: `gpuq-slurm recover`"
-                    ))),
-                }
+        let prepared = daos
+            .prepare(&r.lease, &owner, r.uid, &r.profile, &host, &steps)
+            .await;
+        let gone = *abandoned.borrow();
+        let why = match prepared {
+            Ok(_) if !gone => {
+                return Ok(format!(
+                    "job {job}: lease {} ready: 4 ranks joined, agent up",
+                    r.lease
+                ))
             }
+            Ok(_) => "Slurm gave this data-in up as it ended".to_string(),
+            Err(_) if gone => "Slurm gave this data-in up (scancel or StageInTimeout)".to_string(),
+            Err(e) => e.to_string(),
+        };
+        match daos.cleanup_for(&r.lease, &steps).await {
+            Ok(_) if gone => {
+                st.remove_record(job)?;
+                Err(Error::Failed(format!(
+                    "job {job}: {why}; lease {} cleaned up and released, record removed",
+                    r.lease
+                )))
+            }
+            Ok(_) => Err(Error::Failed(format!(
+                "job {job}: the DAOS site could not be prepared ({why}); it was cleaned up and released"
+            ))),
+            Err(c) => Err(Error::Held(format!(
+                "job {job}: the DAOS site could not be prepared ({why}), and its cleanup did not finish ({c}); the site is held: `gpuq-slurm recover`"
+            ))),
         }
     }
     .await;
