@@ -18,12 +18,15 @@
 //!
 //! One lease at a time: Slurm gives the pool's one unit to one job from
 //! its setup to the end of its teardown; gpuq's lease store refuses a
-//! second lease anyway. Every verb that reads or changes the records
-//! takes `<state_dir>/lock` (flock, bounded wait) first: Slurm may call a
-//! job's teardown while its data-in is being killed. A verb killed by
-//! Slurm (it SIGKILLs the lua call's process group on `scancel` or a
-//! timeout) leaves a durable record of how far it got; the job's
-//! teardown cleans from there.
+//! second lease anyway. Every verb that changes the records takes
+//! `<state_dir>/lock` (flock, bounded wait) first: Slurm may call a job's
+//! teardown while its data-in is being killed; `paths`, `status`, `pools`
+//! and `job-process` only read (records are replaced by atomic renames)
+//! and never wait. A verb killed by Slurm (it SIGKILLs the lua call's
+//! process group on `scancel` or a timeout) leaves a durable record of how
+//! far it got; the data-in's worker (outside that process group) cleans a
+//! given-up preparation at once, and a teardown or the next setup cleans
+//! whatever else is left (docs/slurm.md).
 
 pub mod config;
 pub mod directive;
