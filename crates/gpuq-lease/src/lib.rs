@@ -234,6 +234,15 @@ impl LeaseStore {
         Ok((store, Some(lease)))
     }
 
+    /// The records in `dir` as they are, for a reader that must change
+    /// nothing (a status, a pool's size): no recovery, unlike
+    /// [`LeaseStore::open`], which holds a lease found preparing.
+    pub fn reader(dir: &Path) -> Self {
+        LeaseStore {
+            dir: dir.to_path_buf(),
+        }
+    }
+
     /// The directory holding the records.
     pub fn dir(&self) -> &Path {
         &self.dir

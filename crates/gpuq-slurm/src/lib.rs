@@ -86,6 +86,8 @@ pub struct SlurmSteps {
 impl LocalSteps for SlurmSteps {
     async fn kill_job(&self, _lease: &Lease) -> Result<String, LocalError> {
         Ok(match self.job {
+            // Not checked here: Slurm calls the teardown only after the
+            // job's steps have ended (or, requeued, before it ran again).
             Some(j) => format!("Slurm ended job {j}'s processes before its teardown"),
             None => "the lease's Slurm job has ended (its teardown was called or given up)".into(),
         })
@@ -136,29 +138,35 @@ fn profile_of(cfg: &Config, req: &directive::Request) -> Result<String, Error> {
 /// is set up until `recover`. Reads only; never waits for the lock (Slurm
 /// calls it from slurmctld and it must return at once).
 pub fn pools(cfg: &Config) -> String {
-    let dir = cfg.state_dir.join("leases");
-    // Held: `blocked.json`, or an active lease whose record says so (the
-    // hold file alone removed by hand is no way out), or either unreadable.
-    let active_held = || -> Result<bool, ()> {
-        let a = match std::fs::read(dir.join("active.json")) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(_) => return Err(()),
-            Ok(b) => b,
-        };
-        let v: serde_json::Value = serde_json::from_slice(&a).map_err(|_| ())?;
-        let name = v["lease"].as_str().ok_or(())?;
-        if !gpuq_protocol::node::valid_lease(name) {
-            return Err(());
-        }
-        let b = std::fs::read(dir.join(format!("{name}.json"))).map_err(|_| ())?;
-        let l: Lease = serde_json::from_slice(&b).map_err(|_| ())?;
-        Ok(matches!(l.phase, Phase::Held { .. }))
-    };
-    let free = matches!(gpuq_lease::blocked_in(&dir), Ok(None)) && active_held() == Ok(false);
+    let store = gpuq_lease::LeaseStore::reader(&cfg.state_dir.join("leases"));
+    let free = hold_of(&store).is_none();
     serde_json::json!({
         "pools": [{"id": cfg.pool, "quantity": u32::from(free), "granularity": 1}]
     })
     .to_string()
+}
+
+/// The site's hold as every reader decides it, failing closed: the hold
+/// (`blocked.json`), else an active lease whose record says held (the hold
+/// file removed by hand is no way out), else either unreadable. `(lease,
+/// reason)`.
+fn hold_of(store: &gpuq_lease::LeaseStore) -> Option<(String, String)> {
+    let unreadable =
+        |e: gpuq_lease::LeaseError| Some(("?".to_string(), format!("{e}; an operator must look")));
+    match store.blocked() {
+        Ok(Some(b)) => return Some((b.lease, b.reason)),
+        Err(e) => return unreadable(e),
+        Ok(None) => {}
+    }
+    match store.current() {
+        Ok(Some(Lease {
+            lease,
+            phase: Phase::Held { reason, .. },
+            ..
+        })) => Some((lease, reason)),
+        Ok(_) => None,
+        Err(e) => unreadable(e),
+    }
 }
 
 /// `setup JOB UID GID SCRIPT`: the job's record, durable before Slurm goes
@@ -478,11 +486,12 @@ pub async fn recover(st: &State) -> Result<String, Error> {
 /// `status`: the pool, the hold, the active lease and the job records,
 /// from the records alone (no node is asked; `scontrol show bbstat`).
 pub fn status(st: &State) -> Result<serde_json::Value, Error> {
-    let blocked =
-        gpuq_lease::blocked_in(&st.leases_dir()).map_err(|e| Error::Failed(e.to_string()))?;
-    let store_active = std::fs::read(st.leases_dir().join("active.json"))
-        .ok()
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let store = gpuq_lease::LeaseStore::reader(&st.leases_dir());
+    let held = hold_of(&store);
+    let active =
+        store.current().ok().flatten().map(
+            |l| serde_json::json!({"lease": l.lease, "phase": gpuq_lease::phase_name(&l.phase)}),
+        );
     let jobs = st
         .records()?
         .into_iter()
@@ -498,9 +507,9 @@ pub fn status(st: &State) -> Result<serde_json::Value, Error> {
         .collect::<Vec<_>>();
     Ok(serde_json::json!({
         "pool": st.cfg.pool,
-        "free": blocked.is_none() && jobs.is_empty(),
-        "held": blocked.map(|b| serde_json::json!({"lease": b.lease, "reason": b.reason})),
-        "active": store_active,
+        "free": held.is_none() && jobs.is_empty(),
+        "held": held.map(|(lease, reason)| serde_json::json!({"lease": lease, "reason": reason})),
+        "active": active,
         "jobs": jobs,
     }))
 }

@@ -175,16 +175,14 @@ impl State {
 
     /// The lease record `lease`, read as it is (no recovery on open).
     pub(crate) fn lease(&self, lease: &str) -> Result<Option<Lease>, Error> {
-        let p = self.leases_dir().join(format!("{lease}.json"));
-        match std::fs::read(&p) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(failed(p.display())(e)),
-            Ok(b) => serde_json::from_slice(&b).map(Some).map_err(|e| {
-                Error::Failed(format!(
-                    "{}: unreadable ({e}); an operator must look",
-                    p.display()
-                ))
-            }),
+        match gpuq_lease::LeaseStore::reader(&self.leases_dir()).load(lease) {
+            Err(gpuq_lease::LeaseError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(Error::Failed(format!("{e}; an operator must look"))),
+            Ok(l) => Ok(Some(l)),
         }
     }
 
