@@ -8,7 +8,13 @@
 //! - whatever a test stacks on a device (mounts, swap, partition nodes,
 //!   helper processes) is undone in `Drop` before the detach;
 //! - a loop device whose discard support was turned off cannot be repaired
-//!   and is removed with `LOOP_CTL_REMOVE` after detaching.
+//!   (the kernel keeps `discard_max_bytes` as a user limit across the
+//!   detach, and with it 0 the granularity is 0 and every new value is
+//!   refused) and is removed with `LOOP_CTL_REMOVE` after detaching; the
+//!   detach and the remove happen under the same lock as every `losetup
+//!   -f` here, so no other test thread can be handed it in between (CI saw
+//!   that once); a loop device handed to us with discard off (another
+//!   process left it so) is detached, removed and replaced.
 #![allow(dead_code)]
 
 use std::collections::hash_map::DefaultHasher;
@@ -147,9 +153,23 @@ impl LoopDev {
         let mut args = vec!["-f", "--show"];
         args.extend_from_slice(extra);
         args.push(backing.to_str().unwrap());
-        let out = sh("losetup", &args);
-        let dev = PathBuf::from(out.trim());
-        let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+        let (dev, name) = {
+            let _g = LOOP_ALLOC.lock().unwrap_or_else(|e| e.into_inner());
+            let mut tries = 0;
+            loop {
+                let out = sh("losetup", &args);
+                let dev = PathBuf::from(out.trim());
+                let name = dev.file_name().unwrap().to_string_lossy().into_owned();
+                if !discard_left_off(&name) {
+                    break (dev, name);
+                }
+                tries += 1;
+                assert!(tries < 8, "losetup keeps handing out loop devices with discard off");
+                eprintln!("note: {name} came with discard off (left so by another process): removing it");
+                let _ = sh_quiet("losetup", &["-d", dev.to_str().unwrap()]);
+                remove_loop(&name);
+            }
+        };
         let d = LoopDev {
             dir,
             backing,
@@ -330,7 +350,10 @@ impl LoopDev {
 
     /// A second loop device backed by this block device.
     pub fn stack_loop(&mut self) -> PathBuf {
-        let out = sh("losetup", &["-f", "--show", self.dev_str()]);
+        let out = {
+            let _g = LOOP_ALLOC.lock().unwrap_or_else(|e| e.into_inner());
+            sh("losetup", &["-f", "--show", self.dev_str()])
+        };
         let p = PathBuf::from(out.trim());
         self.stacked.push(p.clone());
         p
@@ -360,11 +383,26 @@ impl Drop for LoopDev {
         if self.partx {
             let _ = sh_quiet("partx", &["-d", self.dev.to_str().unwrap()]);
         }
+        let _g = LOOP_ALLOC.lock().unwrap_or_else(|e| e.into_inner());
         let _ = sh_quiet("losetup", &["-d", self.dev.to_str().unwrap()]);
         if self.discard_disabled {
             remove_loop(&self.name);
         }
     }
+}
+
+/// Held around every `losetup -f` and around the detach + remove of a
+/// loop device whose discard was turned off, so that no thread of this
+/// test binary is handed that device between the two.
+static LOOP_ALLOC: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The kernel offers discard on this loop device but its queue refuses it
+/// (a user limit of 0 that outlived an earlier user's detach).
+fn discard_left_off(name: &str) -> bool {
+    let read = |attr: &str| {
+        fs::read_to_string(format!("/sys/block/{name}/queue/{attr}")).unwrap_or_default()
+    };
+    read("discard_max_bytes").trim() == "0" && read("discard_max_hw_bytes").trim() != "0"
 }
 
 /// LOOP_CTL_REMOVE for a loop device we created and detached; retried
