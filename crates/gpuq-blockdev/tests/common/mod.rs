@@ -164,8 +164,13 @@ impl LoopDev {
                     break (dev, name);
                 }
                 tries += 1;
-                assert!(tries < 8, "losetup keeps handing out loop devices with discard off");
-                eprintln!("note: {name} came with discard off (left so by another process): removing it");
+                assert!(
+                    tries < 8,
+                    "losetup keeps handing out loop devices with discard off"
+                );
+                eprintln!(
+                    "note: {name} came with discard off (left so by another process): removing it"
+                );
                 let _ = sh_quiet("losetup", &["-d", dev.to_str().unwrap()]);
                 remove_loop(&name);
             }
