@@ -56,6 +56,11 @@ struct SlurmSite {
 
 impl SlurmSite {
     fn up(name: &str) -> SlurmSite {
+        Self::up_with(name, "")
+    }
+
+    /// With `extra` lines in slurm.conf.
+    fn up_with(name: &str, extra: &str) -> SlurmSite {
         let (archive, image) = sim_image();
         let c = Cluster::up_with(
             name,
@@ -79,6 +84,7 @@ impl SlurmSite {
             c.id.command("slurm")
                 .arg("up")
                 .env("GPUQ_SLURM_CONFIG", &conf)
+                .env("GPUQ_SLURM_CONF_EXTRA", extra)
                 .output()
                 .unwrap();
         assert!(out.status.success(), "slurm up: {}", stderr(&out));
@@ -395,6 +401,16 @@ fn two_users_daos_jobs_take_turns_on_the_site_and_a_gpu_job_runs_beside_them() {
         );
     }
     assert!(s.log_has("cleanup wipe: "), "{}", s.logs());
+    // Slurm had ended each job's processes: the teardown's check saw none.
+    for j in [a, b] {
+        assert!(
+            s.log_has(&format!(
+                "cleanup kill_job: no process of job {j} is left on cxl2"
+            )),
+            "{}",
+            s.logs()
+        );
+    }
     assert_eq!(s.leases().len(), 2);
     s.assert_clean();
 }
@@ -638,5 +654,122 @@ fn a_failed_job_a_timed_out_job_and_a_job_on_the_wrong_host_each_leave_the_site_
     assert_eq!(s.leases().len(), 3, "{:?}", s.leases());
     // Whatever Slurm did with j3, nothing of it is left running.
     let _ = s.slurm(&["scancel", &j3.to_string()]);
+    s.assert_clean();
+}
+
+#[test]
+fn a_node_failure_during_a_daos_job_tears_the_lease_down_and_the_site_serves_the_next_job() {
+    require_slurm!();
+    // Slurm's default SlurmdTimeout is 300 s; the failure is the same.
+    let s = SlurmSite::up_with("slnode", "SlurmdTimeout=6");
+    let a_dir = s.user_dir(ALICE, "a");
+    let a = s.daos_job(ALICE, &a_dir, DAOS, true).unwrap();
+    // (query.json exists as soon as the job's shell opens it.)
+    assert!(
+        eventually(90, || joined(&a_dir) == 4),
+        "{:?}\n{}",
+        s.job_state(a),
+        s.logs()
+    );
+    // The job's processes on cxl2, as its slurmstepd lists them.
+    let listed = |job: u64| -> Vec<u32> {
+        let o = s.slurm(&["scontrol", "listpids", &job.to_string(), "cxl2"]);
+        stdout(&o)
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    let pids = listed(a);
+    assert!(!pids.is_empty(), "job {a} has no process on cxl2");
+    // cxl2's slurmd dies (its job steps live on, as on a real node whose
+    // slurmd crashed); slurmctld, on the same host, stays.
+    let out =
+        s.c.id
+            .command("slurm")
+            .args(["kill-slurmd", "cxl2"])
+            .output()
+            .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let t0 = Instant::now();
+    assert!(
+        eventually(120, || {
+            let n = stdout(&s.slurm(&[
+                "sinfo",
+                "--noheader",
+                "--Node",
+                "-n",
+                "cxl2",
+                "--format",
+                "%T",
+            ]));
+            n.trim().starts_with("down")
+        }),
+        "cxl2 not down: {}",
+        stdout(&s.slurm(&["sinfo", "--Node"]))
+    );
+    let (st, reason) = s.job_state(a);
+    eprintln!(
+        "after cxl2 went down ({:?}): job {a} {st} ({reason})",
+        t0.elapsed()
+    );
+    // The job is over for Slurm, and the lease is torn down without the
+    // node: gpuq-slurm runs on the controller.
+    assert!(
+        eventually(120, || s.status()["free"] == true),
+        "{}\n{:?}\n{}",
+        s.status(),
+        s.job_state(a),
+        s.logs()
+    );
+    assert!(
+        s.log_has(&format!("teardown job {a}: job {a}: lease slurm{a}-")),
+        "{}",
+        s.logs()
+    );
+    assert!(!a_dir.join("end").exists(), "the job never got to its end");
+    // Slurm tore the job down while its steps still ran on cxl2 (its
+    // slurmd gone, nobody told them): the teardown killed them first.
+    assert!(
+        s.log_has(&format!(
+            "teardown job {a}: gpuq-slurm: cleanup kill_job: killed "
+        )),
+        "{}",
+        s.logs()
+    );
+    for p in &pids {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        assert!(
+            stat.is_empty() || stat.contains(") Z"),
+            "job {a}'s process {p} still runs: {stat}"
+        );
+    }
+    assert!(listed(a).is_empty());
+    s.assert_clean();
+    // The node comes back; the job's leftover steps are ended by Slurm
+    // and the site serves the next job.
+    let out =
+        s.c.id
+            .command("slurm")
+            .args(["start-slurmd", "cxl2"])
+            .output()
+            .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let b_dir = s.user_dir(BOB, "b");
+    let b = s.daos_job(BOB, &b_dir, DAOS, false).unwrap();
+    assert_eq!(s.wait_end(b, 240), "COMPLETED", "{}", s.logs());
+    assert_eq!(joined(&b_dir), 4);
+    // Slurm requeued Alice's job (JobRequeue=1, its default): it waits to
+    // run again, with a lease of its own then; cancelled here.
+    let (st, reason) = s.job_state(a);
+    assert_eq!(st, "PENDING", "{reason}");
+    let out = s.slurm_as(ALICE, &["scancel", &a.to_string()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(s.wait_end(a, 60), "CANCELLED");
+    assert!(
+        eventually(60, || s.status()["free"] == true),
+        "{}",
+        s.status()
+    );
     s.assert_clean();
 }

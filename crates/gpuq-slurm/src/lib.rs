@@ -74,23 +74,93 @@ pub(crate) fn failed(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error
     move |e| Error::Failed(format!("{what}: {e}"))
 }
 
-/// What the lifecycle needs from a Slurm-driven lease: Slurm ends the job's
-/// processes itself before it calls the teardown; progress lines go to
-/// stderr, which the lua script passes to slurmctld's log.
+/// What the lifecycle needs from a Slurm-driven lease; progress lines go
+/// to stderr, which the lua script passes to slurmctld's log.
 #[derive(Debug)]
 pub struct SlurmSteps {
-    pub job: Option<u64>,
+    /// `scontrol`, which asks a job's slurmstepd for its processes.
+    pub scontrol: std::path::PathBuf,
+    /// This host's Slurm NodeName (`agent_host`: DAOS jobs run here only).
+    pub node: String,
 }
+
+impl SlurmSteps {
+    pub fn new(cfg: &Config) -> SlurmSteps {
+        SlurmSteps {
+            scontrol: cfg.scontrol.clone(),
+            node: cfg.agent_host.clone(),
+        }
+    }
+}
+
+/// How long the job's processes have to be gone after SIGKILL.
+const KILL_DEADLINE: std::time::Duration = std::time::Duration::from_secs(15);
 
 #[async_trait::async_trait]
 impl LocalSteps for SlurmSteps {
-    async fn kill_job(&self, _lease: &Lease) -> Result<String, LocalError> {
-        Ok(match self.job {
-            // Not checked here: Slurm calls the teardown only after the
-            // job's steps have ended (or, requeued, before it ran again).
-            Some(j) => format!("Slurm ended job {j}'s processes before its teardown"),
-            None => "the lease's Slurm job has ended (its teardown was called or given up)".into(),
-        })
+    /// Slurm normally ends a job's processes before it calls the teardown,
+    /// but not always: when the job's node fails (its slurmd gone) Slurm
+    /// requeues or ends the job and tears it down while its steps still run
+    /// here. So the teardown asks the job's slurmstepd (`scontrol
+    /// listpids`) for what is left on this host, SIGKILLs each through a
+    /// pidfd (taken before a second listing confirms the PID is still the
+    /// job's), and goes on only once none is left; otherwise the step
+    /// fails and the lease is held.
+    async fn kill_job(&self, lease: &Lease) -> Result<String, LocalError> {
+        let Some(job) = state::job_of_lease(&lease.lease) else {
+            return Err(format!("lease {}: not a Slurm job's lease name", lease.lease).into());
+        };
+        let fail = |e: Error| LocalError::from(e.to_string());
+        let node = &self.node;
+        let first = slurmcmd::job_pids(&self.scontrol, job, node)
+            .await
+            .map_err(fail)?;
+        if first.is_empty() {
+            return Ok(format!(
+                "no process of job {job} is left on {node} (its slurmstepd)"
+            ));
+        }
+        let t0 = std::time::Instant::now();
+        let mut killed = std::collections::BTreeSet::new();
+        loop {
+            let fds: Vec<(u32, std::os::fd::OwnedFd)> =
+                slurmcmd::job_pids(&self.scontrol, job, node)
+                    .await
+                    .map_err(fail)?
+                    .into_iter()
+                    .filter_map(|p| gpuq_sys::proc::pidfd_open(p).ok().map(|fd| (p, fd)))
+                    .collect();
+            if fds.is_empty() {
+                break;
+            }
+            // The PIDs are the job's now that each pidfd is held.
+            let still = slurmcmd::job_pids(&self.scontrol, job, node)
+                .await
+                .map_err(fail)?;
+            for (pid, fd) in &fds {
+                if still.contains(pid) {
+                    use std::os::fd::AsFd;
+                    gpuq_sys::proc::pidfd_kill(fd.as_fd()).map_err(|e| {
+                        LocalError::from(format!("SIGKILL of job {job}'s process {pid}: {e}"))
+                    })?;
+                    killed.insert(*pid);
+                }
+            }
+            if t0.elapsed() > KILL_DEADLINE {
+                return Err(format!(
+                    "job {job}'s processes {:?} on {node} still run {}s after SIGKILL",
+                    fds.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+                    KILL_DEADLINE.as_secs()
+                )
+                .into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        Ok(format!(
+            "killed {} process(es) of job {job} still running on {node} after Slurm had ended the job (its node failed?): {:?}",
+            killed.len(),
+            killed
+        ))
     }
 
     fn note(&self, line: &str) {
@@ -267,7 +337,7 @@ pub async fn data_in(
 ) -> Result<String, Error> {
     let r = need_record(st, job)?;
     let daos = st.daos()?;
-    let steps = SlurmSteps { job: Some(job) };
+    let steps = SlurmSteps::new(&st.cfg);
     let out = async {
         let mut host = daos
             .host(&r.profile)
@@ -402,7 +472,7 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
         Some(_) => {}
     }
     let daos = st.daos()?;
-    let steps = SlurmSteps { job: Some(job) };
+    let steps = SlurmSteps::new(&st.cfg);
     let out = async {
         let active = daos.active().filter(|l| l.lease == r.lease);
         let Some(l) = active else {
@@ -451,7 +521,7 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
 /// gone.
 pub async fn recover(st: &State) -> Result<String, Error> {
     let daos = st.daos()?;
-    let steps = SlurmSteps { job: None };
+    let steps = SlurmSteps::new(&st.cfg);
     let out = async {
         let mut lines = Vec::new();
         if daos.active().is_some() {

@@ -1,5 +1,6 @@
 //! Slurm's own commands, for what its lua calls do not pass: a job's
-//! state and nodes (`squeue`), and its node list (`scontrol update`).
+//! state and nodes (`squeue`), its node list (`scontrol update`), and the
+//! processes its steps have on this host (`scontrol listpids`).
 
 use crate::{failed, Config, Error};
 use std::path::Path;
@@ -80,6 +81,52 @@ pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<String, Error> {
     Ok(format!("pinned to {host}, where its agent runs"))
 }
 
+/// The PIDs of `job`'s processes on this host, `node` (its Slurm
+/// NodeName), as the job's own slurmstepd tracks them: `scontrol listpids`
+/// asks each step's slurmstepd through its socket in the spool directory,
+/// not slurmd, so it answers also when this node's slurmd is gone. Empty
+/// when no step of the job is left here.
+pub(crate) async fn job_pids(scontrol: &Path, job: u64, node: &str) -> Result<Vec<u32>, Error> {
+    let id = job.to_string();
+    let out = slurm_cmd(scontrol, &["listpids", &id, node]).await?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        if text.contains("does not exist on node") || err.contains("does not exist on node") {
+            return Ok(Vec::new());
+        }
+        return Err(Error::Failed(format!(
+            "{} listpids {job} {node}: {} {}{}",
+            scontrol.display(),
+            out.status,
+            text.trim(),
+            err.trim()
+        )));
+    }
+    parse_listpids(&text, job)
+}
+
+/// `PID JOBID STEPID ...` lines after a header; only lines of `job`.
+fn parse_listpids(text: &str, job: u64) -> Result<Vec<u32>, Error> {
+    let mut pids = Vec::new();
+    for line in text.lines().skip(1) {
+        let mut f = line.split_whitespace();
+        let (Some(pid), Some(j)) = (f.next(), f.next()) else {
+            continue;
+        };
+        if j != job.to_string() {
+            continue;
+        }
+        let pid = pid
+            .parse::<u32>()
+            .ok()
+            .filter(|p| *p > 1)
+            .ok_or_else(|| Error::Failed(format!("scontrol listpids: not a PID: {line:?}")))?;
+        pids.push(pid);
+    }
+    Ok(pids)
+}
+
 /// Slurm job states after which no teardown of the job comes any more.
 pub(crate) fn ended(state: &str) -> bool {
     !matches!(
@@ -99,4 +146,21 @@ pub(crate) fn ended(state: &str) -> bool {
             | "RESV_DEL_HOLD"
             | "SPECIAL_EXIT"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_listpids;
+
+    #[test]
+    fn listpids_output_gives_the_jobs_pids_only() {
+        let text = "PID      JOBID    STEPID   LOCALID GLOBALID\n26085    1        batch    0       0       \n26101    1        batch    -       -       \n 77 2 0 - -\n";
+        assert_eq!(parse_listpids(text, 1).unwrap(), vec![26085, 26101]);
+        assert_eq!(
+            parse_listpids("PID JOBID STEPID\n", 1).unwrap(),
+            Vec::<u32>::new()
+        );
+        assert!(parse_listpids("PID JOBID\nx 1\n", 1).is_err());
+        assert!(parse_listpids("PID JOBID\n1 1\n", 1).is_err());
+    }
 }

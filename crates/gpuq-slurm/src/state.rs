@@ -27,6 +27,14 @@ pub fn lease_name(job: u64, now: i64) -> String {
     format!("slurm{job}-{now}")
 }
 
+/// The Slurm job a lease name (`slurm<JOB>-<TIME>`) belongs to.
+pub(crate) fn job_of_lease(lease: &str) -> Option<u64> {
+    let rest = lease.strip_prefix("slurm")?;
+    let (job, time) = rest.split_once('-')?;
+    time.parse::<u64>().ok()?;
+    job.parse().ok()
+}
+
 /// The records under `state_dir`, for one invocation.
 #[derive(Debug)]
 pub struct State {
@@ -211,5 +219,13 @@ mod tests {
         let n = lease_name(4_294_967_295, 1_796_390_124);
         assert_eq!(n, "slurm4294967295-1796390124");
         assert!(gpuq_protocol::node::valid_lease(&n));
+    }
+
+    #[test]
+    fn a_lease_name_gives_its_job_back() {
+        assert_eq!(job_of_lease(&lease_name(42, 1_796_400_303)), Some(42));
+        for bad in ["slurm42", "slurmx-1", "slurm42-x", "job42-1", "slurm-1", ""] {
+            assert_eq!(job_of_lease(bad), None, "{bad}");
+        }
     }
 }

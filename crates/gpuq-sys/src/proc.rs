@@ -65,6 +65,31 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// SIGKILL the process a pidfd names (`pidfd_send_signal(2)`, Linux ≥ 5.1):
+/// never another process, whatever became of its PID. `ESRCH` (it has
+/// exited) is success: the process is gone either way.
+pub fn pidfd_kill(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: pidfd_send_signal takes a descriptor, a signal number, a null
+    // siginfo pointer (the kernel fills one in as kill(2) would) and flags,
+    // all by value; no memory is shared with the kernel.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if rc < 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
 /// Waits, on the tokio runtime, for a process to exit: a [`pidfd_open`]
 /// registered with the runtime's reactor.
 #[derive(Debug)]
@@ -248,6 +273,22 @@ mod tests {
     fn readable(fd: &OwnedFd, ms: u16) -> bool {
         let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
         poll(&mut fds, PollTimeout::from(ms)).expect("poll") == 1
+    }
+
+    #[test]
+    fn pidfd_kill_ends_that_process_and_an_exited_one_is_no_error() {
+        use std::os::fd::AsFd;
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        let fd = pidfd_open(child.id()).expect("pidfd_open");
+        pidfd_kill(fd.as_fd()).expect("pidfd_kill");
+        let st = child.wait().expect("wait");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(st.signal(), Some(libc::SIGKILL));
+        // Reaped: the pidfd names no process any more.
+        pidfd_kill(fd.as_fd()).expect("pidfd_kill of an exited process");
     }
 
     #[test]
