@@ -773,3 +773,139 @@ fn a_node_failure_during_a_daos_job_tears_the_lease_down_and_the_site_serves_the
     );
     s.assert_clean();
 }
+
+#[test]
+fn gpuq_daos_exec_inside_a_slurm_daos_job_runs_the_seed_example_as_its_owner_and_refuses_every_other_caller(
+) {
+    require_slurm!();
+    let s = SlurmSite::up("slexec");
+    // A broker on cxl2 with no DAOS queue of its own: `[slurm] config`
+    // makes its daos-exec serve gpuq-slurm's jobs.
+    let mut b = TestBroker::prepare("");
+    b.tables = format!("[slurm]\nconfig = \"{}\"\n", s.conf.display());
+    b.netns = Some(s.c.id.namespace("cxl2"));
+    b.env = vec![(
+        "SLURM_CONF".into(),
+        s.c.dir().join("slurm/etc/slurm.conf").display().to_string(),
+    )];
+    let mut b = TestBroker::launch(b);
+    let (g, sock) = (
+        bin("gpuq").display().to_string(),
+        b.socket.display().to_string(),
+    );
+    let a_dir = s.user_dir(ALICE, "a");
+    let o = a_dir.display();
+    let body = format!(
+        r#"#!/bin/bash
+#SBATCH -o {o}/slurm.out
+{DAOS}
+export GPUQ_SOCKET={sock}
+{g} daos-exec -- bash -euc '
+  dmg -o "$DAOS_CONTROL_CONFIG" system query
+  dmg -o "$DAOS_CONTROL_CONFIG" pool create --size=32G --nsvc=1 --nranks=4 my-pool
+  daos -G "$DAOS_SYSTEM" container create --type=POSIX my-pool my-data
+' > {o}/seed.out 2>&1; echo "seed=$?" >> {o}/codes
+{g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > {o}/query.json
+{g} daos-exec -- sh -c 'id -u; pwd; echo $SLURM_JOB_ID; echo written > from-container' > {o}/ids
+{g} daos-exec -- sh -c 'exit 3'; echo "three=$?" >> {o}/codes
+touch {o}/ready
+while [ ! -e {o}/go ]; do sleep 0.2; done
+"#
+    );
+    let a = s
+        .sbatch(ALICE, &a_dir, &["-D", &a_dir.display().to_string()], &body)
+        .unwrap();
+    assert!(
+        eventually(120, || a_dir.join("ready").exists()),
+        "{:?}\n{}\n{}\n{}",
+        s.job_state(a),
+        read(&a_dir, "codes"),
+        s.logs(),
+        b.broker_log()
+    );
+    // Each finished call removed its client container.
+    assert!(
+        eventually(30, || s.c.containers("cxl2").len() == 1),
+        "only the agent: {:?}",
+        s.c.containers("cxl2")
+    );
+    let containers = s.c.containers("cxl2");
+    // Callers outside the job: alice herself from outside it, bob, root,
+    // and bob's own Slurm job (on gpu2) naming alice's job ID in its
+    // environment. Each is refused and nothing is started.
+    let outside = |uid: u32| {
+        let mut args = vec!["env".to_string(), format!("GPUQ_SOCKET={sock}")];
+        args.extend([g.clone(), "daos-exec".into(), "--".into(), "true".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        if uid == 0 {
+            s.slurm(&args)
+        } else {
+            s.slurm_as(uid, &args)
+        }
+    };
+    for (uid, want) in [
+        (ALICE, "in no Slurm DAOS job on cxl2"),
+        (BOB, "in no Slurm DAOS job on cxl2"),
+        (0, "in no Slurm DAOS job on cxl2"),
+    ] {
+        let out = outside(uid);
+        assert!(!out.status.success(), "uid {uid}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(err.contains(want), "uid {uid}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    let b_dir = s.user_dir(BOB, "b");
+    let bj = s
+        .sbatch(
+            BOB,
+            &b_dir,
+            &["-w", "gpu2", "-D", &b_dir.display().to_string()],
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {ob}/slurm.out\nSLURM_JOB_ID={a} GPUQ_SOCKET={sock} {g} daos-exec -- true 2> {ob}/err; echo $? > {ob}/rc\n",
+                ob = b_dir.display()
+            ),
+        )
+        .unwrap();
+    assert_eq!(s.wait_end(bj, 60), "COMPLETED");
+    assert_ne!(read(&b_dir, "rc").trim(), "0");
+    assert!(
+        read(&b_dir, "err").contains("in no Slurm DAOS job on cxl2"),
+        "{}",
+        read(&b_dir, "err")
+    );
+    assert_eq!(s.c.containers("cxl2"), containers, "nothing was started");
+    // Alice's job ends; what its commands did, as her, in her directory.
+    std::fs::write(a_dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(a, 60), "COMPLETED", "{}", s.logs());
+    let seed = read(&a_dir, "seed.out");
+    assert!(
+        seed.contains("my-data") || seed.contains("Successfully created container"),
+        "{seed}\n{}",
+        b.broker_log()
+    );
+    let codes = read(&a_dir, "codes");
+    for want in ["seed=0", "three=3"] {
+        assert!(codes.contains(want), "{codes}");
+    }
+    assert_eq!(joined(&a_dir), 4, "{}", read(&a_dir, "query.json"));
+    let ids = read(&a_dir, "ids");
+    assert_eq!(
+        ids.lines().collect::<Vec<_>>(),
+        vec![
+            ALICE.to_string(),
+            a_dir.display().to_string(),
+            a.to_string()
+        ],
+        "{ids}"
+    );
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(a_dir.join("from-container")).unwrap();
+    assert_eq!(meta.uid(), ALICE);
+    assert!(
+        eventually(60, || s.status()["free"] == true),
+        "{}",
+        s.status()
+    );
+    s.assert_clean();
+    let _ = b.terminate();
+}

@@ -71,6 +71,9 @@ pub struct Broker {
     gate_reason: Mutex<Option<String>>,
     /// DAOS jobs (`--inst`), when `[daos]` is configured.
     daos: Option<Arc<Daos>>,
+    /// gpuq-slurm's configuration (`[slurm] config`): `daos-exec` also
+    /// serves the Slurm DAOS jobs on this host.
+    slurm: Option<gpuq_slurm::Config>,
     /// Open API connections by UID (the server admits through it).
     conns: Arc<Connections>,
     /// A job's end, for its `follow`ers: fired by [`Broker::finish_job`]
@@ -120,6 +123,7 @@ impl Broker {
         runner: Arc<dyn Runner>,
         gpu: Arc<dyn GpuProbe>,
         daos: Option<Arc<Daos>>,
+        slurm: Option<gpuq_slurm::Config>,
     ) -> Arc<Self> {
         let cfg_limits = cfg.limits.clone();
         Arc::new(Broker {
@@ -131,6 +135,7 @@ impl Broker {
             running: Mutex::new(HashMap::new()),
             gate_reason: Mutex::new(None),
             daos,
+            slurm,
             conns: Connections::new(cfg_limits),
             ends: Mutex::new(HashMap::new()),
             submits: Mutex::new(()),
@@ -240,6 +245,10 @@ impl Broker {
 
     pub fn daos(&self) -> Option<&Arc<Daos>> {
         self.daos.as_ref()
+    }
+
+    pub fn slurm(&self) -> Option<&gpuq_slurm::Config> {
+        self.slurm.as_ref()
     }
 
     pub fn config(&self) -> &BrokerConfig {

@@ -72,6 +72,16 @@ struct RawFile {
     #[serde(default)]
     install: gpuq_manifest::InstallPaths,
     metrics: Option<RawMetrics>,
+    slurm: Option<RawSlurm>,
+}
+
+/// `[slurm]`: where gpuq-slurm's configuration is, so that `gpuq
+/// daos-exec` also serves the Slurm DAOS jobs it runs on this host
+/// (docs/slurm.md). Off unless `config` is set.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSlurm {
+    config: Option<PathBuf>,
 }
 
 /// `[metrics]`: the OpenMetrics endpoint (src/metrics.rs). Off unless
@@ -160,6 +170,9 @@ pub struct BrokerConfig {
     pub daos_disabled: bool,
     /// `[metrics] listen`: where `GET /metrics` is served (TCP); `None`: off.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// `[slurm] config`: gpuq-slurm's configuration; `None`: `daos-exec`
+    /// serves gpuq's own jobs only.
+    pub slurm_config: Option<PathBuf>,
 }
 
 impl BrokerConfig {
@@ -283,6 +296,10 @@ impl BrokerConfig {
             daos: None,
             install: raw.install,
             daos_disabled: false,
+            slurm_config: match raw.slurm.and_then(|s| s.config) {
+                None => None,
+                Some(p) => Some(abs("slurm.config", Some(p), "")?),
+            },
             metrics_listen: match raw.metrics.and_then(|m| m.listen) {
                 None => None,
                 Some(a) => Some(a.parse().map_err(|_| {
@@ -516,6 +533,22 @@ env = { FI_PROVIDER = "tcp" }
             .unwrap_err()
             .to_string();
         assert!(e.contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn slurm_daos_exec_is_off_unless_gpuq_slurms_config_is_named() {
+        assert_eq!(parse("[broker]\n").unwrap().slurm_config, None);
+        assert_eq!(parse("[broker]\n[slurm]\n").unwrap().slurm_config, None);
+        let c = parse("[broker]\n[slurm]\nconfig = \"/etc/gpuq/slurm.toml\"\n").unwrap();
+        assert_eq!(c.slurm_config, Some(PathBuf::from("/etc/gpuq/slurm.toml")));
+        let e = parse("[broker]\n[slurm]\nconfig = \"slurm.toml\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("slurm.config") && !e.contains('\n'), "{e}");
+        let e = parse("[broker]\n[slurm]\nstate_dir = \"/x\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("state_dir"), "{e}");
     }
 
     /// The example that the package installs as broker.toml parses, and

@@ -18,7 +18,9 @@ use crate::daos::job_of_lease;
 use crate::error::ApiError;
 use crate::exec_dirs::{open_as_owner, open_dir_nofollow, plain_abs_path, shown, Staged};
 use crate::store::Job;
-use gpuq_lease::Phase;
+use gpuq_lease::{Lease, Phase};
+use gpuq_lifecycle::config::DaosProfile;
+use gpuq_lifecycle::host::Host;
 use gpuq_podman::{ExecAttach, ExecSpec, ImageId, LibpodClient, LogStream, Podman};
 use gpuq_protocol::exec::{self as wire, to_broker, to_cli, ExecRequest};
 use gpuq_protocol::{JobId, JobState};
@@ -36,6 +38,23 @@ pub struct Session {
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Whose DAOS system a `daos-exec` call uses.
+struct Target {
+    /// `job 5` or `Slurm job 5`, in messages.
+    what: String,
+    uid: u32,
+    gid: u32,
+    groups: Vec<u32>,
+    /// The directory mounted as the job's own: its submit directory
+    /// (gpuq) or `WorkDir` (Slurm). Text its owner chose.
+    cwd: String,
+    lease: Lease,
+    profile: DaosProfile,
+    host: Host,
+    /// The job's ID in the command's environment.
+    id_var: (&'static str, String),
+}
 
 /// How long opening a directory to mount may take (a hung NFS server).
 const DIR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -118,41 +137,20 @@ impl Broker {
                 )));
             }
         }
-        let Some(daos) = self.daos() else {
-            return Err(ApiError::NotEnabled(
-                self.config().daos_off("no DAOS system to exec into"),
-            ));
-        };
-        let job = self.exec_job(peer)?;
-        let lease = daos
-            .active()
-            .filter(|l| job_of_lease(&l.lease) == Some(job.id))
-            .ok_or_else(|| {
-                ApiError::Conflict(format!("job {} has no DAOS system (yet)", job.id))
-            })?;
-        if lease.phase != Phase::Running {
-            return Err(ApiError::Conflict(format!(
-                "the DAOS system of job {} is not up (lease {} is {:?})",
-                job.id, lease.lease, lease.phase
-            )));
-        }
-        let profile = daos
-            .profile(&lease.profile)
-            .ok_or_else(|| ApiError::Conflict(format!("profile {} is gone", lease.profile)))?
-            .clone();
-        let host = daos.host(&lease.profile)?;
+        let t = self.exec_target(peer).await?;
+        let (lease, profile, host) = (&t.lease, &t.profile, &t.host);
         // The job's submit directory: text the user gave at submit time.
-        let submit = plain_abs_path(&job.cwd).map_err(|why| {
+        let submit = plain_abs_path(&t.cwd).map_err(|why| {
             refuse(format!(
-                "job {}'s submit directory {} {why}; nothing is mounted",
-                job.id,
-                shown(&job.cwd)
+                "{}'s submit directory {} {why}; nothing is mounted",
+                t.what,
+                shown(&t.cwd)
             ))
         })?;
         if submit == Path::new("/") {
             return Err(refuse(format!(
-                "job {}'s submit directory is /: the host's root is never mounted (submit from a directory of yours)",
-                job.id
+                "{}'s submit directory is /: the host's root is never mounted (submit from a directory of yours)",
+                t.what
             )));
         }
         // The operator's mounts, each checked now; mounted at their real path.
@@ -203,9 +201,9 @@ impl Broker {
         // the operator's as root. These descriptors, not the paths, are what
         // gets mounted (crate::exec_dirs).
         let owner = FsIdentity {
-            uid: job.uid,
-            gid: job.gid,
-            groups: job.groups.clone(),
+            uid: t.uid,
+            gid: t.gid,
+            groups: t.groups.clone(),
         };
         let submit_fd = {
             let p = submit.clone();
@@ -213,18 +211,18 @@ impl Broker {
                 .await
                 .map_err(|e| {
                     ApiError::Conflict(format!(
-                        "job {}'s submit directory {}: could not be checked as uid {}: {e}",
-                        job.id,
+                        "{}'s submit directory {}: could not be checked as uid {}: {e}",
+                        t.what,
                         submit.display(),
-                        job.uid
+                        t.uid
                     ))
                 })?
                 .map_err(|e| {
                     refuse(format!(
-                        "job {}'s submit directory {} cannot be mounted (checked as its owner, uid {}): {e}",
-                        job.id,
+                        "{}'s submit directory {} cannot be mounted (checked as its owner, uid {}): {e}",
+                        t.what,
                         submit.display(),
-                        job.uid
+                        t.uid
                     ))
                 })?
         };
@@ -276,20 +274,20 @@ impl Broker {
         let (staged, submit_src, extra_src) = staging().map_err(|e| {
             ApiError::Conflict(format!("client container: staging its mounts: {e}"))
         })?;
-        let user = format!("{}:{}", job.uid, job.gid);
+        let user = format!("{}:{}", t.uid, t.gid);
         let extra: Vec<(PathBuf, PathBuf)> = extra_src.into_iter().zip(extra).collect();
         let spec = host.client_spec(
             &lease.lease,
             &name,
             image,
-            (job.uid, job.gid, &job.groups),
+            (t.uid, t.gid, &t.groups),
             (&submit_src, &submit),
             &extra,
         );
         let mut env: std::collections::BTreeMap<String, String> =
             host.job_env(&lease.lease).into_iter().collect();
         env.insert("HOME".into(), "/tmp".into());
-        env.insert("GPUQ_JOB_ID".into(), job.id.to_string());
+        env.insert(t.id_var.0.into(), t.id_var.1.clone());
         env.extend(req.env.iter().cloned());
         let pm = LibpodClient::connect(&host.podman_socket)
             .await
@@ -316,7 +314,7 @@ impl Broker {
         .await;
         match started {
             Ok(attach) => {
-                tracing::info!(job = %job.id, container = %name, "daos-exec started");
+                tracing::info!(job = %t.what, container = %name, "daos-exec started");
                 Ok(Session {
                     pm,
                     container: name,
@@ -331,6 +329,83 @@ impl Broker {
     }
 
     /// The running DAOS job the caller may exec into.
+    /// The job whose DAOS system the caller's command gets: a Slurm DAOS
+    /// job the caller's process belongs to (when `[slurm] config` is set;
+    /// Slurm's slurmstepd says so, not the caller), else gpuq's own
+    /// running `--inst` job as before.
+    async fn exec_target(&self, peer: &Peer) -> Result<Target, ApiError> {
+        let in_gpuq_job = peer.pid.and_then(job_of_pid).is_some();
+        if let (false, Some(cfg), Some(pid)) = (
+            in_gpuq_job,
+            self.slurm(),
+            peer.pid.and_then(|p| u32::try_from(p).ok()),
+        ) {
+            use gpuq_slurm::exec::Refusal;
+            match gpuq_slurm::exec::job_of_process(cfg, pid, peer.uid).await {
+                Ok(j) => {
+                    return Ok(Target {
+                        what: format!("Slurm job {}", j.job),
+                        uid: j.uid,
+                        gid: j.gid,
+                        // The caller is the job's own process (its owner's
+                        // uid): its groups, as the kernel recorded them.
+                        groups: peer.groups.clone(),
+                        cwd: j.work_dir,
+                        lease: j.lease,
+                        profile: j.profile,
+                        host: j.host,
+                        id_var: ("SLURM_JOB_ID", j.job.to_string()),
+                    })
+                }
+                Err(Refusal::Refused(m)) => return Err(refuse(m)),
+                Err(Refusal::Failed(m)) => {
+                    return Err(ApiError::Conflict(format!("Slurm DAOS jobs: {m}")))
+                }
+                Err(Refusal::NotInJob(m)) if self.daos().is_none() => return Err(refuse(m)),
+                Err(Refusal::NotInJob(_)) if !peer.is_root() => {
+                    return Err(refuse(
+                        "gpuq daos-exec works only inside a running --inst job or Slurm DAOS job (run it from the job's script); this process is in neither".into(),
+                    ))
+                }
+                Err(Refusal::NotInJob(_)) => {}
+            }
+        }
+        let Some(daos) = self.daos() else {
+            return Err(ApiError::NotEnabled(
+                self.config().daos_off("no DAOS system to exec into"),
+            ));
+        };
+        let job = self.exec_job(peer)?;
+        let lease = daos
+            .active()
+            .filter(|l| job_of_lease(&l.lease) == Some(job.id))
+            .ok_or_else(|| {
+                ApiError::Conflict(format!("job {} has no DAOS system (yet)", job.id))
+            })?;
+        if lease.phase != Phase::Running {
+            return Err(ApiError::Conflict(format!(
+                "the DAOS system of job {} is not up (lease {} is {:?})",
+                job.id, lease.lease, lease.phase
+            )));
+        }
+        let profile = daos
+            .profile(&lease.profile)
+            .ok_or_else(|| ApiError::Conflict(format!("profile {} is gone", lease.profile)))?
+            .clone();
+        let host = daos.host(&lease.profile)?;
+        Ok(Target {
+            what: format!("job {}", job.id),
+            uid: job.uid,
+            gid: job.gid,
+            groups: job.groups,
+            cwd: job.cwd,
+            lease,
+            profile,
+            host,
+            id_var: ("GPUQ_JOB_ID", job.id.to_string()),
+        })
+    }
+
     fn exec_job(&self, peer: &Peer) -> Result<Job, ApiError> {
         let in_job = peer.pid.and_then(job_of_pid);
         let job = match in_job {

@@ -79,8 +79,15 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
         Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
         None => None,
     };
+    let slurm = match &cfg.slurm_config {
+        Some(p) => Some(
+            gpuq_slurm::load(p)
+                .map_err(|e| anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display()))?,
+        ),
+        None => None,
+    };
     let listener = bind(&cfg.socket)?;
-    let broker = broker::Broker::new(cfg, store, runner, gpu, daos);
+    let broker = broker::Broker::new(cfg, store, runner, gpu, daos, slurm);
     broker.recover().await?;
     tokio::spawn(Arc::clone(&broker).run_scheduler());
     if let Some(m) = metrics {

@@ -96,31 +96,7 @@ impl Daos {
     }
 
     pub fn host(&self, profile: &str) -> Result<Host, DaosError> {
-        let p = self
-            .profile(profile)
-            .ok_or_else(|| DaosError::UnknownProfile(profile.to_string()))?;
-        let host = Host::new(
-            self.cfg.podman_socket.clone(),
-            self.cfg.run_dir.clone(),
-            HostProfile {
-                image: ImageId::parse(&p.image).map_err(|source| DaosError::BadPin {
-                    profile: profile.to_string(),
-                    source,
-                })?,
-                system: p.system.clone(),
-                port: p.port,
-                nodes: self
-                    .cfg
-                    .nodes
-                    .iter()
-                    .map(|n| (n.name.clone(), n.address.clone()))
-                    .collect(),
-                access_points: p.replicas.clone(),
-                join_timeout: Duration::from_secs(self.cfg.join_timeout_secs),
-                env: p.env.clone(),
-                deadlines: self.cfg.deadlines,
-            },
-        );
+        let host = host_for(&self.cfg, profile)?;
         Ok(match self.dmg_node() {
             Some(n) => host.with_dmg_node(n),
             None => host,
@@ -1023,4 +999,36 @@ async fn check_host(
         "pins": images,
         "unpinned_containers": strays,
     })
+}
+
+/// This host's part of a lease of `profile` (its Podman, run directory,
+/// the profile's image and deadlines), from the configuration alone: what
+/// a process that does not drive the lease (the broker's `daos-exec` for
+/// a Slurm job) needs to reach the lease's files and agent.
+pub fn host_for(cfg: &DaosConfig, profile: &str) -> Result<Host, DaosError> {
+    let p = cfg
+        .profiles
+        .get(profile)
+        .ok_or_else(|| DaosError::UnknownProfile(profile.to_string()))?;
+    Ok(Host::new(
+        cfg.podman_socket.clone(),
+        cfg.run_dir.clone(),
+        HostProfile {
+            image: ImageId::parse(&p.image).map_err(|source| DaosError::BadPin {
+                profile: profile.to_string(),
+                source,
+            })?,
+            system: p.system.clone(),
+            port: p.port,
+            nodes: cfg
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.address.clone()))
+                .collect(),
+            access_points: p.replicas.clone(),
+            join_timeout: Duration::from_secs(cfg.join_timeout_secs),
+            env: p.env.clone(),
+            deadlines: cfg.deadlines,
+        },
+    ))
 }

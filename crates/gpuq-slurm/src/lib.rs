@@ -30,6 +30,7 @@
 
 pub mod config;
 pub mod directive;
+pub mod exec;
 mod slurmcmd;
 pub mod state;
 
