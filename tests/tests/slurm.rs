@@ -909,3 +909,85 @@ while [ ! -e {o}/go ]; do sleep 0.2; done
     s.assert_clean();
     let _ = b.terminate();
 }
+
+/// SIGCONT for a process this test stopped, also when it panics.
+struct Stopped(nix::unistd::Pid);
+
+impl Stopped {
+    fn stop(pid: i32) -> Stopped {
+        let p = nix::unistd::Pid::from_raw(pid);
+        nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        Stopped(p)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
+    }
+}
+
+#[test]
+fn scancel_during_the_teardown_changes_nothing_and_the_teardown_finishes() {
+    require_slurm!();
+    let s = SlurmSite::up("slcantd");
+    let a_dir = s.user_dir(ALICE, "a");
+    let a = s.daos_job(ALICE, &a_dir, DAOS, true).unwrap();
+    assert!(
+        eventually(90, || joined(&a_dir) == 4),
+        "{:?}\n{}",
+        s.job_state(a),
+        s.logs()
+    );
+    // da3's helper stops answering (SIGSTOP, by its recorded PID): the
+    // teardown will wait in its stop_servers step, well within the step's
+    // deadline.
+    let pid = s.c.recorded_pid("da3", "node").expect("da3's gpuq-node");
+    let stopped = Stopped::stop(pid);
+    std::fs::write(a_dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(a, 60), "COMPLETED", "{}", s.logs());
+    assert!(
+        eventually(60, || s
+            .leases()
+            .iter()
+            .any(|(_, p)| p.contains("cleaning"))),
+        "{:?}\n{}",
+        s.leases(),
+        s.logs()
+    );
+    // Alice, then root, cancel the job whose teardown runs.
+    let by_alice = s.slurm_as(ALICE, &["scancel", &a.to_string()]);
+    let by_root = s.slurm(&["scancel", &a.to_string()]);
+    std::thread::sleep(Duration::from_secs(3));
+    // The teardown goes on: still cleaning, neither held nor given up.
+    assert!(
+        s.leases().iter().any(|(_, p)| p.contains("cleaning")),
+        "{:?}\n{}",
+        s.leases(),
+        s.logs()
+    );
+    assert!(s.status()["held"].is_null(), "{}", s.status());
+    drop(stopped);
+    assert!(
+        eventually(120, || s.status()["free"] == true),
+        "{}\n{}",
+        s.status(),
+        s.logs()
+    );
+    assert!(
+        s.log_has(&format!("teardown job {a}: job {a}: lease slurm{a}-")),
+        "{}",
+        s.logs()
+    );
+    assert_eq!(s.job_state(a).0, "COMPLETED");
+    s.assert_clean();
+    eprintln!(
+        "scancel during the teardown: alice {:?} {}{}; root {:?} {}{}",
+        by_alice.status.code(),
+        stdout(&by_alice),
+        stderr(&by_alice),
+        by_root.status.code(),
+        stdout(&by_root),
+        stderr(&by_root)
+    );
+}

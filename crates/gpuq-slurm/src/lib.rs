@@ -157,6 +157,12 @@ impl LocalSteps for SlurmSteps {
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
+        if killed.is_empty() {
+            return Ok(format!(
+                "no process of job {job} is left on {node} (the {} its slurmstepd listed have exited)",
+                first.len()
+            ));
+        }
         Ok(format!(
             "killed {} process(es) of job {job} still running on {node} after Slurm had ended the job (its node failed?): {:?}",
             killed.len(),
