@@ -199,6 +199,11 @@ fn broker_refuses_unknown_keys_bad_values_and_unsafe_config_files() {
         ),
         (base.replace("direct", "tsp"), 0o644, "runner"),
         (base.to_string(), 0o666, "lets group or others write it"),
+        (
+            format!("{base}[slurm]\nconfig = \"@DIR@/no-slurm.toml\"\n"),
+            0o644,
+            "slurm.config",
+        ),
     ];
     for (text, mode, expect) in cases {
         let (out, dir) = broker_with_config(&text, mode);

@@ -46,6 +46,14 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
         })?),
         None => None,
     };
+    // Before anything is made: gpuq-slurm's configuration, when named.
+    let slurm = match &cfg.slurm_config {
+        Some(p) => Some(
+            gpuq_slurm::load(p)
+                .map_err(|e| anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display()))?,
+        ),
+        None => None,
+    };
     // Before anything is made: the systemd runner hands this path to every
     // job's unit (see runner/systemd.rs).
     if matches!(cfg.runner, config::RunnerKind::Systemd) {
@@ -77,13 +85,6 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     // An unreleased lease is held (blocked.json) before anyone can connect.
     let daos = match cfg.daos.clone() {
         Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
-        None => None,
-    };
-    let slurm = match &cfg.slurm_config {
-        Some(p) => Some(
-            gpuq_slurm::load(p)
-                .map_err(|e| anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display()))?,
-        ),
         None => None,
     };
     let listener = bind(&cfg.socket)?;
