@@ -173,6 +173,20 @@ impl SlurmSite {
         self.sbatch(uid, dir, &[], &body)
     }
 
+    /// A DAOS job of `uid` that waits for `dir/go`, once it has seen its
+    /// four joined ranks (query.json exists as soon as the job's shell
+    /// opens it, so its content is what is waited for).
+    fn running_daos_job(&self, uid: u32, dir: &Path) -> u64 {
+        let j = self.daos_job(uid, dir, DAOS, true).unwrap();
+        assert!(
+            eventually(90, || joined(dir) == 4),
+            "{:?}\n{}",
+            self.job_state(j),
+            self.logs()
+        );
+        j
+    }
+
     /// `scontrol show job`'s `KEY=value` pairs of `job`.
     fn job(&self, job: u64) -> std::collections::HashMap<String, String> {
         let out = self.slurm(&["scontrol", "--oneliner", "show", "job", &job.to_string()]);
@@ -663,14 +677,7 @@ fn a_node_failure_during_a_daos_job_tears_the_lease_down_and_the_site_serves_the
     // Slurm's default SlurmdTimeout is 300 s; the failure is the same.
     let s = SlurmSite::up_with("slnode", "SlurmdTimeout=6");
     let a_dir = s.user_dir(ALICE, "a");
-    let a = s.daos_job(ALICE, &a_dir, DAOS, true).unwrap();
-    // (query.json exists as soon as the job's shell opens it.)
-    assert!(
-        eventually(90, || joined(&a_dir) == 4),
-        "{:?}\n{}",
-        s.job_state(a),
-        s.logs()
-    );
+    let a = s.running_daos_job(ALICE, &a_dir);
     // The job's processes on cxl2, as its slurmstepd lists them.
     let listed = |job: u64| -> Vec<u32> {
         let o = s.slurm(&["scontrol", "listpids", &job.to_string(), "cxl2"]);
@@ -932,13 +939,7 @@ fn scancel_during_the_teardown_changes_nothing_and_the_teardown_finishes() {
     require_slurm!();
     let s = SlurmSite::up("slcantd");
     let a_dir = s.user_dir(ALICE, "a");
-    let a = s.daos_job(ALICE, &a_dir, DAOS, true).unwrap();
-    assert!(
-        eventually(90, || joined(&a_dir) == 4),
-        "{:?}\n{}",
-        s.job_state(a),
-        s.logs()
-    );
+    let a = s.running_daos_job(ALICE, &a_dir);
     // da3's helper stops answering (SIGSTOP, by its recorded PID): the
     // teardown will wait in its stop_servers step, well within the step's
     // deadline.
