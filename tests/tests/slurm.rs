@@ -782,7 +782,7 @@ fn a_node_failure_during_a_daos_job_tears_the_lease_down_and_the_site_serves_the
 }
 
 #[test]
-fn gpuq_daos_exec_inside_a_slurm_daos_job_runs_the_seed_example_as_its_owner_and_refuses_every_other_caller(
+fn gpuq_daos_exec_in_two_users_slurm_daos_jobs_runs_the_seed_example_as_each_owner_and_refuses_every_other_caller(
 ) {
     require_slurm!();
     let s = SlurmSite::up("slexec");
@@ -800,10 +800,17 @@ fn gpuq_daos_exec_inside_a_slurm_daos_job_runs_the_seed_example_as_its_owner_and
         bin("gpuq").display().to_string(),
         b.socket.display().to_string(),
     );
-    let a_dir = s.user_dir(ALICE, "a");
-    let o = a_dir.display();
-    let body = format!(
-        r#"#!/bin/bash
+    // The seed README's example and more, through daos-exec; a job that
+    // `wait`s then stays until `go`.
+    let seed_job = |uid: u32, dir: &Path, wait: bool| -> u64 {
+        let o = dir.display();
+        let wait = if wait {
+            format!("touch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n")
+        } else {
+            String::new()
+        };
+        let body = format!(
+            r#"#!/bin/bash
 #SBATCH -o {o}/slurm.out
 {DAOS}
 export GPUQ_SOCKET={sock}
@@ -815,13 +822,37 @@ export GPUQ_SOCKET={sock}
 {g} daos-exec -- dmg -o "$DAOS_CONTROL_CONFIG" -j system query > {o}/query.json
 {g} daos-exec -- sh -c 'id -u; pwd; echo $SLURM_JOB_ID; echo written > from-container' > {o}/ids
 {g} daos-exec -- sh -c 'exit 3'; echo "three=$?" >> {o}/codes
-touch {o}/ready
-while [ ! -e {o}/go ]; do sleep 0.2; done
-"#
-    );
-    let a = s
-        .sbatch(ALICE, &a_dir, &["-D", &a_dir.display().to_string()], &body)
-        .unwrap();
+{wait}"#
+        );
+        s.sbatch(uid, dir, &["-D", &dir.display().to_string()], &body)
+            .unwrap()
+    };
+    // What a seed job did, as its owner, in its directory.
+    let check_seed = |uid: u32, dir: &Path, job: u64| {
+        let seed = read(dir, "seed.out");
+        assert!(
+            seed.contains("my-data") || seed.contains("Successfully created container"),
+            "{seed}\n{}",
+            b.broker_log()
+        );
+        let codes = read(dir, "codes");
+        for want in ["seed=0", "three=3"] {
+            assert!(codes.contains(want), "{codes}");
+        }
+        assert_eq!(joined(dir), 4, "{}", read(dir, "query.json"));
+        let ids = read(dir, "ids");
+        assert_eq!(
+            ids.lines().collect::<Vec<_>>(),
+            vec![uid.to_string(), dir.display().to_string(), job.to_string()],
+            "{ids}"
+        );
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(dir.join("from-container")).unwrap();
+        assert_eq!(meta.uid(), uid);
+    };
+    let a_dir = s.user_dir(ALICE, "a");
+    let a = seed_job(ALICE, &a_dir, true);
+
     assert!(
         eventually(120, || a_dir.join("ready").exists()),
         "{:?}\n{}\n{}\n{}",
@@ -881,33 +912,15 @@ while [ ! -e {o}/go ]; do sleep 0.2; done
         read(&b_dir, "err")
     );
     assert_eq!(s.c.containers("cxl2"), containers, "nothing was started");
-    // Alice's job ends; what its commands did, as her, in her directory.
+    // Bob's DAOS job waits for the site; alice's ends, then his runs the
+    // same example on a fresh system of his own.
+    let bd_dir = s.user_dir(BOB, "bd");
+    let bd = seed_job(BOB, &bd_dir, false);
     std::fs::write(a_dir.join("go"), "").unwrap();
     assert_eq!(s.wait_end(a, 60), "COMPLETED", "{}", s.logs());
-    let seed = read(&a_dir, "seed.out");
-    assert!(
-        seed.contains("my-data") || seed.contains("Successfully created container"),
-        "{seed}\n{}",
-        b.broker_log()
-    );
-    let codes = read(&a_dir, "codes");
-    for want in ["seed=0", "three=3"] {
-        assert!(codes.contains(want), "{codes}");
-    }
-    assert_eq!(joined(&a_dir), 4, "{}", read(&a_dir, "query.json"));
-    let ids = read(&a_dir, "ids");
-    assert_eq!(
-        ids.lines().collect::<Vec<_>>(),
-        vec![
-            ALICE.to_string(),
-            a_dir.display().to_string(),
-            a.to_string()
-        ],
-        "{ids}"
-    );
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(a_dir.join("from-container")).unwrap();
-    assert_eq!(meta.uid(), ALICE);
+    check_seed(ALICE, &a_dir, a);
+    assert_eq!(s.wait_end(bd, 120), "COMPLETED", "{}", s.logs());
+    check_seed(BOB, &bd_dir, bd);
     assert!(
         eventually(60, || s.status()["free"] == true),
         "{}",
