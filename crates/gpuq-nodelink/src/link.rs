@@ -346,10 +346,62 @@ impl NodeLink {
         if let Some(task) = task {
             let _ = task.await;
         }
+        // A connect dropped by the shutdown may have left its ssh going on
+        // (authenticating, or with its master bound in openssh's temporary
+        // directory): nothing else would end it.
+        end_link_processes(&self.inner.ctl_dir()).await;
         // Also when never started: leave no stale socket behind.
         let s = self.sockets();
         unlink_socket(&s.node_sock);
         unlink_socket(&s.podman_sock);
+    }
+}
+
+/// End every process of this link that still runs once its supervisor has
+/// stopped: root's processes whose command line names this link's control
+/// directory (every ssh of the link gets `-S <ctl_dir>/...`; a user cannot
+/// make a root process say that). Each is SIGKILLed through a pidfd
+/// opened before its command line is read again, so a reused PID is never
+/// hit; then waited for, 2 s at most.
+async fn end_link_processes(ctl_dir: &Path) {
+    let needle = format!("{}/", ctl_dir.display());
+    let names_us = |pid: u32| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == 0)
+            && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+    };
+    let own = std::process::id();
+    let find = || -> Vec<u32> {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|p| *p != own && names_us(*p))
+            .collect()
+    };
+    let t = Instant::now();
+    loop {
+        let left = find();
+        if left.is_empty() {
+            return;
+        }
+        if t.elapsed() > Duration::from_secs(2) {
+            tracing::warn!(ctl = %ctl_dir.display(), ?left, "ssh processes of a closed link did not exit");
+            return;
+        }
+        for pid in left {
+            let Ok(fd) = gpuq_sys::proc::pidfd_open(pid) else {
+                continue;
+            };
+            if names_us(pid) {
+                use std::os::fd::AsFd;
+                tracing::info!(pid, ctl = %ctl_dir.display(), "ending an ssh process of a closed link");
+                let _ = gpuq_sys::proc::pidfd_kill(fd.as_fd());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -466,6 +518,11 @@ fn unlink_socket(p: &Path) {
 impl Inner {
     fn node(&self) -> String {
         self.cfg.name.clone()
+    }
+
+    /// This link's own directory for its ssh control sockets.
+    fn ctl_dir(&self) -> PathBuf {
+        self.cfg.forward_dir.join(format!("{}.ctl", self.cfg.name))
     }
 
     fn sockets(&self) -> NodeSockets {
@@ -640,7 +697,7 @@ impl Inner {
                 mode,
             });
         }
-        let ctl = dir.join(format!("{}.ctl", self.cfg.name));
+        let ctl = self.ctl_dir();
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&ctl)
