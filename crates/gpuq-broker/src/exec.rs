@@ -334,9 +334,9 @@ impl Broker {
     /// Slurm's slurmstepd says so, not the caller), else gpuq's own
     /// running `--inst` job as before.
     async fn exec_target(&self, peer: &Peer) -> Result<Target, ApiError> {
-        let in_gpuq_job = peer.pid.and_then(job_of_pid).is_some();
-        if let (false, Some(cfg), Some(pid)) = (
-            in_gpuq_job,
+        let in_job = peer.pid.and_then(job_of_pid);
+        if let (None, Some(cfg), Some(pid)) = (
+            in_job,
             self.slurm(),
             peer.pid.and_then(|p| u32::try_from(p).ok()),
         ) {
@@ -375,7 +375,7 @@ impl Broker {
                 self.config().daos_off("no DAOS system to exec into"),
             ));
         };
-        let job = self.exec_job(peer)?;
+        let job = self.exec_job(peer, in_job)?;
         let lease = daos
             .active()
             .filter(|l| job_of_lease(&l.lease) == Some(job.id))
@@ -406,8 +406,8 @@ impl Broker {
         })
     }
 
-    fn exec_job(&self, peer: &Peer) -> Result<Job, ApiError> {
-        let in_job = peer.pid.and_then(job_of_pid);
+    /// `in_job`: the gpuq job whose cgroup holds the caller's PID.
+    fn exec_job(&self, peer: &Peer, in_job: Option<JobId>) -> Result<Job, ApiError> {
         let job = match in_job {
             Some(id) => self
                 .store()

@@ -113,27 +113,20 @@ impl LocalSteps for SlurmSteps {
         };
         let fail = |e: Error| LocalError::from(e.to_string());
         let node = &self.node;
-        let first = slurmcmd::job_pids(&self.scontrol, job, node)
-            .await
-            .map_err(fail)?;
-        if first.is_empty() {
-            return Ok(format!(
-                "no process of job {job} is left on {node} (its slurmstepd)"
-            ));
-        }
         let t0 = std::time::Instant::now();
-        let mut killed = std::collections::BTreeSet::new();
+        let (mut listed, mut killed) = (0, std::collections::BTreeSet::new());
         loop {
-            let fds: Vec<(u32, std::os::fd::OwnedFd)> =
-                slurmcmd::job_pids(&self.scontrol, job, node)
-                    .await
-                    .map_err(fail)?
-                    .into_iter()
-                    .filter_map(|p| gpuq_sys::proc::pidfd_open(p).ok().map(|fd| (p, fd)))
-                    .collect();
-            if fds.is_empty() {
+            let pids = slurmcmd::job_pids(&self.scontrol, job, node)
+                .await
+                .map_err(fail)?;
+            if pids.is_empty() {
                 break;
             }
+            listed = listed.max(pids.len());
+            let fds: Vec<(u32, std::os::fd::OwnedFd)> = pids
+                .into_iter()
+                .filter_map(|p| gpuq_sys::proc::pidfd_open(p).ok().map(|fd| (p, fd)))
+                .collect();
             // The PIDs are the job's now that each pidfd is held.
             let still = slurmcmd::job_pids(&self.scontrol, job, node)
                 .await
@@ -149,25 +142,22 @@ impl LocalSteps for SlurmSteps {
             }
             if t0.elapsed() > KILL_DEADLINE {
                 return Err(format!(
-                    "job {job}'s processes {:?} on {node} still run {}s after SIGKILL",
-                    fds.iter().map(|(p, _)| *p).collect::<Vec<_>>(),
+                    "job {job}'s processes {still:?} on {node} still run {}s after SIGKILL",
                     KILL_DEADLINE.as_secs()
                 )
                 .into());
             }
             tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         }
-        if killed.is_empty() {
-            return Ok(format!(
-                "no process of job {job} is left on {node} (the {} its slurmstepd listed have exited)",
-                first.len()
-            ));
-        }
-        Ok(format!(
-            "killed {} process(es) of job {job} still running on {node} after Slurm had ended the job (its node failed?): {:?}",
-            killed.len(),
-            killed
-        ))
+        Ok(match (listed, killed.len()) {
+            (0, _) => format!("no process of job {job} is left on {node} (its slurmstepd)"),
+            (n, 0) => format!(
+                "no process of job {job} is left on {node} (the {n} its slurmstepd listed have exited)"
+            ),
+            (_, k) => format!(
+                "killed {k} process(es) of job {job} still running on {node} after Slurm had ended the job (its node failed?): {killed:?}"
+            ),
+        })
     }
 
     fn note(&self, line: &str) {
