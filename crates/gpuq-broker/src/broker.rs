@@ -1058,7 +1058,7 @@ impl Broker {
         // exist before the cleanup looks for it.
         let (stop_prep, stop_rx) = tokio::sync::watch::channel(false);
         let mut host = host;
-        host.stop = Some(stop_rx);
+        host.set_stop(stop_rx);
         let local = self.local_for(&job);
         note(&format!(
             "job {id} started as {} (uid {}) in {}: DAOS profile {profile}, lease {lease}; the limit {} covers preparation and the job",

@@ -152,7 +152,9 @@ mod tests {
         assert_eq!(status(held), StatusCode::CONFLICT);
         let host = DaosError::Host {
             step: gpuq_lifecycle::PrepareStep::Format,
-            source: Box::new(gpuq_lifecycle::HostError::Agent("x".into())),
+            source: Box::new(gpuq_lifecycle::HostError::Client(
+                gpuq_lifecycle::ClientError::Agent("x".into()),
+            )),
         };
         assert_eq!(status(host), StatusCode::INTERNAL_SERVER_ERROR);
     }

@@ -262,8 +262,16 @@ impl Broker {
         // Every check has passed. The checked directories are bind-mounted
         // on root-only staging paths, which Podman gets; they are detached
         // once the container has started (its own copies stay).
+        // The lease's client side is on this host (the broker serves the
+        // jobs of this host only).
+        let Some(here) = host.local() else {
+            return Err(ApiError::Conflict(format!(
+                "lease {}: its DAOS client side is on another GPU host",
+                lease.lease
+            )));
+        };
         let staging = || -> std::io::Result<(Staged, PathBuf, Vec<PathBuf>)> {
-            let mut st = Staged::new(&host.run_dir.join("client-mounts"), &name)?;
+            let mut st = Staged::new(&here.run_dir.join("client-mounts"), &name)?;
             let s = st.bind(&submit_fd, "submit")?;
             let mut e = Vec::new();
             for (i, fd) in extra_fds.iter().enumerate() {
@@ -276,7 +284,7 @@ impl Broker {
         })?;
         let user = format!("{}:{}", t.uid, t.gid);
         let extra: Vec<(PathBuf, PathBuf)> = extra_src.into_iter().zip(extra).collect();
-        let spec = host.client_spec(
+        let spec = here.client_spec(
             &lease.lease,
             &name,
             image,
@@ -289,7 +297,7 @@ impl Broker {
         env.insert("HOME".into(), "/tmp".into());
         env.insert(t.id_var.0.into(), t.id_var.1.clone());
         env.extend(req.env.iter().cloned());
-        let pm = LibpodClient::connect(&host.podman_socket)
+        let pm = LibpodClient::connect(&here.podman_socket)
             .await
             .map_err(|e| ApiError::Conflict(format!("this host's Podman: {e}")))?;
         pm.container_create(&spec)

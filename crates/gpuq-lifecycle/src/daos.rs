@@ -260,7 +260,7 @@ impl Daos {
         // agent's directory) before the servers start: nothing waits on
         // them but the agent.
         let t = std::time::Instant::now();
-        let files = host.prepare_files(lease, &certs, owner_uid);
+        let files = host.prepare_files(lease, &certs, owner_uid).await;
         local.timed("prepare", "files", t.elapsed().as_secs_f64(), files.is_ok());
         let f = files.map_err(DaosError::host(PrepareStep::Files))?;
         step("files", t, &f);
@@ -1014,6 +1014,7 @@ pub fn host_for(cfg: &DaosConfig, profile: &str) -> Result<Host, DaosError> {
         cfg.podman_socket.clone(),
         cfg.run_dir.clone(),
         HostProfile {
+            name: profile.to_string(),
             image: ImageId::parse(&p.image).map_err(|source| DaosError::BadPin {
                 profile: profile.to_string(),
                 source,

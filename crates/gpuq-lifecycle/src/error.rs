@@ -7,7 +7,6 @@
 
 use crate::LifecycleError;
 use gpuq_lease::LeaseError;
-use std::path::PathBuf;
 use thiserror::Error;
 
 /// A failure of the GPU host's part of a lease (`host.rs`): its files,
@@ -18,35 +17,18 @@ pub enum HostError {
     /// of time) and ended between two calls.
     #[error("stopped: the job was cancelled or ran out of time")]
     Stopped,
-    /// This host's Podman API could not be reached.
-    #[error("local Podman ({}): {source}", socket.display())]
-    Podman {
-        socket: PathBuf,
+    /// The lease's client side on this host (files, agent, containers).
+    #[error(transparent)]
+    Client(gpuq_clienthost::ClientError),
+    /// The lease's client side on another GPU host: its helper's answer
+    /// to `step`, or why there was none.
+    #[error("{step} on {node}: {source}")]
+    Remote {
+        node: String,
+        step: String,
         #[source]
-        source: Box<gpuq_podman::Error>,
+        source: Box<gpuq_client::ClientError>,
     },
-    /// A Podman request about one container (or one role's containers).
-    #[error("{op} {target}: {source}")]
-    Container {
-        op: &'static str,
-        target: String,
-        #[source]
-        source: Box<gpuq_podman::Error>,
-    },
-    /// Containers of a role still there after their removal.
-    #[error("{count} {role} container(s) still present")]
-    Left { role: &'static str, count: usize },
-    /// A file or directory of the lease on this host.
-    #[error("{}: {source}", path.display())]
-    Files {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    /// A DAOS configuration file of the lease that cannot be written as
-    /// asked (a value outside what the renderer accepts).
-    #[error("{file}: {detail}")]
-    Config { file: &'static str, detail: String },
     /// The lease's certificates (generated or installed).
     #[error(transparent)]
     Certs(#[from] gpuq_leasecert::CertError),
@@ -77,9 +59,6 @@ pub enum HostError {
         node: Option<String>,
         detail: String,
     },
-    /// The agent did not come up.
-    #[error("{0}")]
-    Agent(String),
 }
 
 impl HostError {
@@ -87,7 +66,7 @@ impl HostError {
     pub fn node(&self) -> Option<&str> {
         match self {
             HostError::Daos { node, .. } => node.as_deref(),
-            HostError::Dmg { node, .. } => Some(node),
+            HostError::Dmg { node, .. } | HostError::Remote { node, .. } => Some(node),
             _ => None,
         }
     }
@@ -97,6 +76,15 @@ impl HostError {
             step,
             node: None,
             detail: detail.into(),
+        }
+    }
+}
+
+impl From<gpuq_clienthost::ClientError> for HostError {
+    fn from(e: gpuq_clienthost::ClientError) -> Self {
+        match e {
+            gpuq_clienthost::ClientError::Stopped => HostError::Stopped,
+            e => HostError::Client(e),
         }
     }
 }

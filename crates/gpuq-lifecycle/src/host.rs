@@ -1,44 +1,38 @@
-//! The GPU host's part of a lease, through the host's own Podman API: the
-//! agent container, the spec of every `gpuq daos-exec` session's client
-//! container, and removing client containers at cleanup; and the lease's
-//! `dmg` (format, join poll, system stop), which runs in the server
-//! container of the lease's dmg node, asked over that node's link
-//! (gpuq-nodesvc's `dmg` module): a lease makes no container of its own on
-//! this host for it.
+//! The GPU host's part of a lease: its client side — the lease's files,
+//! agent and client containers (gpuq-clienthost), on this host's own
+//! Podman ([`ClientSide::Local`]) or on another GPU host's, through that
+//! host's helper over a node link ([`ClientSide::Remote`]: a Slurm job
+//! placed on that host) — and the lease's `dmg` (format, join poll, system
+//! stop), which runs in the server container of the lease's dmg node,
+//! asked over that node's link (gpuq-nodesvc's `dmg` module): a lease
+//! makes no container of its own on this host for it.
 //!
-//! Every container is created from the profile's pinned image ID and
-//! labelled with the lease and its role, so cleanup finds exactly this
-//! lease's containers and nothing else. Files of a lease live under
-//! `<run_dir>/<lease>/` (0755 root), which cleanup removes:
-//!
-//! | path | owner, mode | what | mounted in |
-//! | --- | --- | --- | --- |
-//! | `daos_control.yml` | root 0644 | the job's dmg config (`DAOS_CONTROL_CONFIG`): names the files in `user/` | client containers (same path, read-only) |
-//! | `user/` | the job's owner, 0500 | `daosCA.crt`, `admin.crt` (0444), `admin.key` (0400) | client containers (same path, read-only) |
-//! | `agent-etc/` | root 0700 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
-//! | `agent/` | root 0755 | the agent's socket | agent and client containers |
-//!
-//! The certificates are the lease's own (gpuq-leasecert): no other user
-//! can enter `user/`, so no other user's dmg can present the admin
-//! certificate to this lease's servers. The broker's own copy of the admin
-//! certificate goes to the dmg node only (its `<lease_dir>/admin/`, root
-//! 0700, mounted read-only in that node's server container).
+//! The files and containers of the client side are described in
+//! gpuq-clienthost. The broker's own copy of the admin certificate goes
+//! to the dmg node only (its `<lease_dir>/admin/`, root 0700, mounted
+//! read-only in that node's server container).
 
 use crate::error::HostError;
 use crate::nodes::{call_all, Node, Retry};
-use gpuq_daosconf::{AgentConfig, ControlConfig, Transport};
+use gpuq_clienthost::{client_tls, ClientHost, ClientProfile};
 use gpuq_leasecert::LeaseCerts;
-use gpuq_podman::{
-    lease_labels, ContainerSpec, ImageId, LabelFilter, LibpodClient, Mount, Namespace, Podman, Role,
+use gpuq_podman::ImageId;
+use gpuq_protocol::node::{
+    ClientFilesRequest, ClientStep, ClientStepRequest, DmgCommand, DmgReply, DmgRequest,
+    StepReport,
 };
-use gpuq_protocol::node::{DmgCommand, DmgReply, DmgRequest};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+pub use gpuq_clienthost::job_env;
 
 /// What the GPU host needs to know about the DAOS system of a profile.
 #[derive(Debug, Clone)]
 pub struct HostProfile {
+    /// The profile's name (a remote client side's helper reads its own
+    /// pinned image under it).
+    pub name: String,
     /// The profile's pinned image (servers and agent use the same).
     pub image: ImageId,
     /// The DAOS system name the servers render (`name:`).
@@ -59,29 +53,30 @@ pub struct HostProfile {
     pub deadlines: crate::Deadlines,
 }
 
-/// The GPU host's containers of one profile.
+/// Where a lease's client side (files, agent, client containers) is.
+#[derive(Debug, Clone)]
+pub enum ClientSide {
+    /// This host's own Podman and run directory.
+    Local(ClientHost),
+    /// Another GPU host, through its helper (gpuq-node with `[client]`):
+    /// `run_dir` is that helper's, for the job's variables.
+    Remote { node: Node, run_dir: PathBuf },
+}
+
+/// The GPU host's part of a lease of one profile.
 #[derive(Debug, Clone)]
 pub struct Host {
-    /// The host's Podman API socket.
-    pub podman_socket: PathBuf,
-    /// Root-owned directory for per-lease files (`<run_dir>/<lease>/`).
-    pub run_dir: PathBuf,
+    pub client: ClientSide,
     pub profile: HostProfile,
     /// The node whose server container runs the lease's `dmg` (the
     /// first configured); `None`: no `dmg` (a lifecycle of this host alone).
     pub dmg: Option<Node>,
     /// Set when the job is cancelled or times out while its system is
-    /// prepared: the waits end at once, a Podman call in flight completes
-    /// (so the cleanup that follows sees what it made). See [`Host::pause`].
+    /// prepared: the waits end at once, a call in flight completes (so the
+    /// cleanup that follows sees what it made). See [`Host::set_stop`].
     pub stop: Option<tokio::sync::watch::Receiver<bool>>,
-    /// The Podman client, connected (and its API version checked) on first
-    /// use; every request opens its own connection to the socket.
-    client: std::sync::Arc<tokio::sync::OnceCell<LibpodClient>>,
 }
 
-const ETC_IN: &str = "/etc/daos";
-const AGENT_CONF_IN: &str = "/etc/daos/daos_agent.yml";
-const AGENT_DIR_IN: &str = "/var/run/daos_agent";
 /// The pause between two polls of the join (and of "format required").
 /// Each poll is one `dmg` exec on the dmg node, itself ~100 ms of Podman
 /// and runc on the test machine: the pause only keeps a slow system from
@@ -90,51 +85,32 @@ const POLL: Duration = Duration::from_millis(20);
 /// How long a node's answer to a `dmg` may take beyond the command's own
 /// deadline (the link, the node's exec set-up).
 const DMG_MARGIN: Duration = Duration::from_secs(10);
-/// How long the agent has after SIGTERM before SIGKILL.
-const AGENT_GRACE: Duration = Duration::from_secs(10);
-
-fn control_config_in(run_dir: &std::path::Path, lease: &str) -> PathBuf {
-    run_dir.join(lease).join("daos_control.yml")
-}
-
-fn agent_dir_in(run_dir: &std::path::Path, lease: &str) -> PathBuf {
-    run_dir.join(lease).join("agent")
-}
-
-/// A lease's DAOS variables for its job, from the configuration alone
-/// (no link, no container): `DAOS_SYSTEM`, the control config and the
-/// agent's socket dir under `run_dir`, then the profile's own `env`.
-/// [`Host::job_env`] and gpuq-slurm's `paths` both say exactly this.
-pub fn job_env(
-    run_dir: &std::path::Path,
-    system: &str,
-    extra: &[(String, String)],
-    lease: &str,
-) -> Vec<(String, String)> {
-    let mut env = vec![
-        ("DAOS_SYSTEM".to_string(), system.to_string()),
-        (
-            "DAOS_CONTROL_CONFIG".to_string(),
-            control_config_in(run_dir, lease).display().to_string(),
-        ),
-        (
-            "DAOS_AGENT_DRPC_DIR".to_string(),
-            agent_dir_in(run_dir, lease).display().to_string(),
-        ),
-    ];
-    env.extend(extra.iter().cloned());
-    env
-}
+/// How long a remote client side's step may take beyond the request
+/// deadline: the agent's start waits up to 20 s for its socket, a stop
+/// up to 10 s for the agent's SIGTERM.
+const REMOTE_MARGIN: Duration = Duration::from_secs(30);
 
 impl Host {
+    /// The client side on this host's Podman at `podman_socket`, files
+    /// under `run_dir`.
     pub fn new(podman_socket: PathBuf, run_dir: PathBuf, profile: HostProfile) -> Self {
+        let client = ClientHost::new(podman_socket, run_dir, client_profile(&profile));
         Host {
-            podman_socket,
-            run_dir,
+            client: ClientSide::Local(client),
             profile,
             dmg: None,
             stop: None,
-            client: Default::default(),
+        }
+    }
+
+    /// The client side on another GPU host, through its helper `node`
+    /// (whose `[client] run_dir` is `run_dir`).
+    pub fn remote(node: Node, run_dir: PathBuf, profile: HostProfile) -> Self {
+        Host {
+            client: ClientSide::Remote { node, run_dir },
+            profile,
+            dmg: None,
+            stop: None,
         }
     }
 
@@ -144,29 +120,42 @@ impl Host {
         self
     }
 
-    pub fn lease_dir(&self, lease: &str) -> PathBuf {
-        self.run_dir.join(lease)
+    /// Tell the preparation to stop when `stop` turns true.
+    pub fn set_stop(&mut self, stop: tokio::sync::watch::Receiver<bool>) {
+        if let ClientSide::Local(c) = &mut self.client {
+            c.stop = Some(stop.clone());
+        }
+        self.stop = Some(stop);
     }
-    /// The control config on the host (for `DAOS_CONTROL_CONFIG`).
-    pub fn control_config(&self, lease: &str) -> PathBuf {
-        control_config_in(&self.run_dir, lease)
+
+    /// The client side on this host's own Podman, if it is here.
+    pub fn local(&self) -> Option<&ClientHost> {
+        match &self.client {
+            ClientSide::Local(c) => Some(c),
+            ClientSide::Remote { .. } => None,
+        }
     }
-    /// The job owner's copy of the admin certificate and key.
-    pub fn user_cert_dir(&self, lease: &str) -> PathBuf {
-        self.lease_dir(lease).join("user")
+
+    /// Where the client side's files are, on whichever host it is.
+    pub fn run_dir(&self) -> &std::path::Path {
+        match &self.client {
+            ClientSide::Local(c) => &c.run_dir,
+            ClientSide::Remote { run_dir, .. } => run_dir,
+        }
     }
-    /// The agent's socket directory on the host (for `DAOS_AGENT_DRPC_DIR`).
-    pub fn agent_dir(&self, lease: &str) -> PathBuf {
-        agent_dir_in(&self.run_dir, lease)
-    }
-    fn agent_name(lease: &str) -> String {
-        format!("gpuq-{lease}-agent")
+
+    /// The GPU host the client side is on (`None`: this one).
+    pub fn remote_node(&self) -> Option<&str> {
+        match &self.client {
+            ClientSide::Local(_) => None,
+            ClientSide::Remote { node, .. } => Some(&node.name),
+        }
     }
 
     /// The job's DAOS variables (mission.md §4 step 5).
     pub fn job_env(&self, lease: &str) -> Vec<(String, String)> {
         job_env(
-            &self.run_dir,
+            self.run_dir(),
             &self.profile.system,
             &self.profile.env,
             lease,
@@ -201,152 +190,113 @@ impl Host {
         self.check_stop()
     }
 
-    async fn podman(&self) -> Result<LibpodClient, HostError> {
-        self.client
-            .get_or_try_init(|| {
-                LibpodClient::connect_with_timeout(
-                    &self.podman_socket,
-                    Some(self.profile.deadlines.request),
-                )
-            })
-            .await
-            .cloned()
-            .map_err(|source| HostError::Podman {
-                socket: self.podman_socket.clone(),
-                source: Box::new(source),
-            })
-    }
-
-    /// Write the lease's control and agent configs, its certificates (the
-    /// admin key for the job's owner `owner_uid` only) and its agent
-    /// directory; see the module's table.
-    pub fn write_files(
+    /// `step` of the remote client side on `node`, within the request
+    /// deadline and [`REMOTE_MARGIN`].
+    async fn remote_step(
         &self,
+        node: &Node,
         lease: &str,
-        certs: &LeaseCerts,
-        owner_uid: u32,
-    ) -> Result<(), HostError> {
-        let dir = self.lease_dir(lease);
-        let io = |what: &Path, source: std::io::Error| HostError::Files {
-            path: what.to_path_buf(),
-            source,
-        };
-        if !self.run_dir.exists() {
-            // The job's user reaches <run_dir>/<lease>/ through it; mkdir's
-            // mode is filtered by the broker's umask (077).
-            std::fs::create_dir_all(&self.run_dir).map_err(|e| io(&self.run_dir, e))?;
-            set_mode(&self.run_dir, 0o755).map_err(|e| io(&self.run_dir, e))?;
-        }
-        match std::fs::create_dir(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(&dir, e)),
-        }
-        set_mode(&dir, 0o755).map_err(|e| io(&dir, e))?;
-        let p = &self.profile;
-        let comment = format!("Written by gpuq-broker for lease {lease}.");
-        let control = |d: &str| {
-            ControlConfig {
-                system: p.system.clone(),
-                port: p.port,
-                hostlist: p.nodes.iter().map(|(_, a)| a.clone()).collect(),
-                transport: Transport::in_dir(d, "admin"),
-            }
-            .render(&comment)
-            .map_err(|e| HostError::Config {
-                file: "daos_control.yml",
-                detail: e.to_string(),
+        step: &str,
+        body: Value,
+    ) -> Result<String, HostError> {
+        let reply = call_all::<StepReport>(
+            std::slice::from_ref(node),
+            self.profile.deadlines.request + REMOTE_MARGIN,
+            hyper::Method::POST,
+            &format!("/v1/clients/{lease}/{step}"),
+            Some(body),
+            Retry::Refused,
+        )
+        .await
+        .pop()
+        .map(|(_, r)| r)
+        .unwrap_or_else(|| {
+            Err(gpuq_client::ClientError::Protocol {
+                socket: node.client.socket().to_path_buf(),
+                what: "no answer".into(),
             })
-        };
-        let agent = AgentConfig {
-            system: p.system.clone(),
-            access_points: p.access_points.clone(),
-            port: p.port,
-            transport: Transport::in_dir(ETC_IN, "agent"),
-            runtime_dir: AGENT_DIR_IN.to_string(),
-        }
-        .render(&comment)
-        .map_err(|e| HostError::Config {
-            file: "daos_agent.yml",
-            detail: e.to_string(),
+        });
+        let r = reply.map_err(|source| HostError::Remote {
+            node: node.name.clone(),
+            step: step.to_string(),
+            source: Box::new(source),
         })?;
-        let user = self.user_cert_dir(lease);
-        let user_control = control(&user.display().to_string())?;
-        use gpuq_leasecert::{CERT_MODE, KEY_MODE};
-        // A directory left by an earlier attempt is replaced (its parent is
-        // root's: nobody else can have put anything in its place).
-        for (sub, files, owner, mode) in [
-            (
-                "user",
-                vec![
-                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
-                    file("admin.crt", certs.admin.cert.as_bytes(), CERT_MODE),
-                    file("admin.key", certs.admin.key.as_bytes(), KEY_MODE),
-                ],
-                (owner_uid, 0),
-                0o500,
-            ),
-            (
-                "agent-etc",
-                vec![
-                    file("daos_agent.yml", agent.as_bytes(), 0o444),
-                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
-                    file("agent.crt", certs.agent.cert.as_bytes(), CERT_MODE),
-                    file("agent.key", certs.agent.key.as_bytes(), KEY_MODE),
-                ],
-                (0, 0),
-                0o700,
-            ),
-        ] {
-            let d = dir.join(sub);
-            match std::fs::remove_dir_all(&d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(io(&d, e)),
+        Ok(format!("{}: {}", node.name, r.detail))
+    }
+
+    /// A [`ClientStep`] here or on the remote host.
+    async fn client_step(&self, lease: &str, step: ClientStep) -> Result<String, HostError> {
+        match &self.client {
+            ClientSide::Local(c) => Ok(match step {
+                ClientStep::StartAgent => c.start_agent(lease).await?,
+                ClientStep::RemoveClients => c.remove_clients(lease).await?,
+                ClientStep::StopAgent => c.stop_agent(lease).await?,
+                ClientStep::RemoveAgent => c.remove_agent(lease).await?,
+                ClientStep::RemoveFiles => c.remove_lease_files(lease).await?,
+            }),
+            ClientSide::Remote { node, .. } => {
+                let body = serde_json::to_value(ClientStepRequest {
+                    profile: self.profile.name.clone(),
+                })
+                .unwrap_or_default();
+                self.remote_step(node, lease, step.as_str(), body).await
             }
-            gpuq_leasecert::install(&d, &files, owner, mode)?;
-        }
-        gpuq_durable::write_atomic(&self.control_config(lease), user_control.as_bytes(), 0o644)
-            .map_err(|e| io(&self.control_config(lease), e))?;
-        let ad = self.agent_dir(lease);
-        match std::fs::create_dir(&ad) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io(&ad, e)),
-        }
-        set_mode(&ad, 0o755).map_err(|e| io(&ad, e))?;
-        Ok(())
-    }
-
-    /// Remove `<run_dir>/<lease>/` (after the agent and clients are gone).
-    pub fn remove_files(&self, lease: &str) -> Result<(), HostError> {
-        let dir = self.lease_dir(lease);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(source) => Err(HostError::Files { path: dir, source }),
         }
     }
 
-    fn base_spec(&self, name: String, lease: &str, role: Role) -> ContainerSpec {
-        let mut spec = ContainerSpec::new(name, self.profile.image.clone());
-        spec.labels = lease_labels(lease, role);
-        spec.network = Namespace::Host;
-        spec.cap_drop = vec!["ALL".into()];
-        spec.no_new_privileges = true;
-        spec
-    }
-
-    /// Write the lease's files on this host (see the module's table).
-    pub fn prepare_files(
+    /// Write the lease's client files (see gpuq-clienthost), the admin
+    /// certificate for the job's owner `owner_uid` only.
+    pub async fn prepare_files(
         &self,
         lease: &str,
         certs: &LeaseCerts,
         owner_uid: u32,
     ) -> Result<String, HostError> {
         self.check_stop()?;
-        self.write_files(lease, certs, owner_uid)?;
-        Ok(format!("{} written", self.lease_dir(lease).display()))
+        match &self.client {
+            ClientSide::Local(c) => Ok(c.prepare_files(lease, &client_tls(certs), owner_uid)?),
+            ClientSide::Remote { node, .. } => {
+                let p = &self.profile;
+                let body = serde_json::to_value(ClientFilesRequest {
+                    profile: p.name.clone(),
+                    owner_uid,
+                    system: p.system.clone(),
+                    port: p.port,
+                    hostlist: p.nodes.iter().map(|(_, a)| a.clone()).collect(),
+                    access_points: p.access_points.clone(),
+                    tls: client_tls(certs),
+                })
+                .unwrap_or_default();
+                self.remote_step(node, lease, "files", body).await
+            }
+        }
+    }
+
+    /// Start the agent and wait for its socket.
+    pub async fn start_agent(&self, lease: &str) -> Result<String, HostError> {
+        self.check_stop()?;
+        self.client_step(lease, ClientStep::StartAgent).await
+    }
+
+    /// Cleanup step: client containers (`daos-exec`) of this lease.
+    pub async fn remove_clients(&self, lease: &str) -> Result<String, HostError> {
+        self.client_step(lease, ClientStep::RemoveClients).await
+    }
+
+    /// Cleanup step: the agent, SIGTERMed while the servers are up (it
+    /// evicts its pool handles; daos.md), confirmed by its process leaving.
+    pub async fn stop_agent(&self, lease: &str) -> Result<String, HostError> {
+        self.client_step(lease, ClientStep::StopAgent).await
+    }
+
+    /// The stopped agent's container, removed while `dmg system stop` runs.
+    pub async fn remove_agent(&self, lease: &str) -> Result<String, HostError> {
+        self.client_step(lease, ClientStep::RemoveAgent).await
+    }
+
+    /// The client side's part of the wipe: the lease's files.
+    pub async fn remove_lease_files(&self, lease: &str) -> Result<String, HostError> {
+        self.client_step(lease, ClientStep::RemoveFiles).await
     }
 
     /// `dmg -j` with `command` in the dmg node's server container, within
@@ -495,214 +445,6 @@ impl Host {
             self.pause(POLL).await?;
         }
     }
-
-    /// A `gpuq daos-exec` session's client container, run as the job's
-    /// owner (`uid`, `gid`, `groups`) with no capability: the caller's
-    /// checked submit directory and the operator's mounts (each a (source,
-    /// target) pair: the broker's exec.rs stages the checked directories on
-    /// paths only root can reach), the agent's socket directory, the job's
-    /// control config and the owner's certificates at their host paths
-    /// (read-only), and a private `/tmp`. Idle: the session runs in it by
-    /// exec.
-    pub fn client_spec(
-        &self,
-        lease: &str,
-        name: &str,
-        image: ImageId,
-        (uid, gid, groups): (u32, u32, &[u32]),
-        submit: (&Path, &Path),
-        extra: &[(PathBuf, PathBuf)],
-    ) -> ContainerSpec {
-        let mut spec = self.base_spec(name.to_string(), lease, Role::Client);
-        spec.image = image;
-        spec.user = Some(format!("{uid}:{gid}"));
-        spec.groups = groups.iter().map(u32::to_string).collect();
-        spec.command = vec!["sleep".into(), "2147483647".into()];
-        let bind =
-            |s: &Path, d: &Path| Mount::bind(s.display().to_string(), d.display().to_string());
-        let same = |p: &Path| bind(p, p);
-        spec.mounts = vec![
-            bind(submit.0, submit.1),
-            same(&self.agent_dir(lease)),
-            same(&self.control_config(lease)).read_only(),
-            // The owner's admin certificate and key (0500, the owner's):
-            // the control config names them at these host paths.
-            same(&self.user_cert_dir(lease)).read_only(),
-            Mount {
-                options: vec!["mode=1777".into()],
-                ..Mount::tmpfs("/tmp")
-            },
-        ];
-        spec.mounts.extend(extra.iter().map(|(s, d)| bind(s, d)));
-        spec
-    }
-
-    /// Start the agent and wait for its socket.
-    pub async fn start_agent(&self, lease: &str) -> Result<String, HostError> {
-        self.check_stop()?;
-        let pm = self.podman().await?;
-        let name = Self::agent_name(lease);
-        let mut spec = self.base_spec(name.clone(), lease, Role::Agent);
-        // daos.md: the agent monitors its clients' processes (host PID).
-        spec.pid = Namespace::Host;
-        spec.command = vec![
-            "daos_agent".into(),
-            "-o".into(),
-            AGENT_CONF_IN.into(),
-            "-s".into(),
-            AGENT_DIR_IN.into(),
-        ];
-        // Its config and the agent certificate (root's, 0700).
-        spec.mounts.push(
-            Mount::bind(
-                self.lease_dir(lease)
-                    .join("agent-etc")
-                    .display()
-                    .to_string(),
-                ETC_IN,
-            )
-            .read_only(),
-        );
-        spec.mounts.push(Mount::bind(
-            self.agent_dir(lease).display().to_string(),
-            AGENT_DIR_IN,
-        ));
-        pm.container_create(&spec)
-            .await
-            .map_err(container("create", &name))?;
-        pm.container_start(&name)
-            .await
-            .map_err(container("start", &name))?;
-        let sock = self.agent_dir(lease).join("daos_agent.sock");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !agent_listens(&sock) {
-            if Instant::now() >= deadline {
-                return Err(HostError::Agent(format!(
-                    "the agent did not listen on {} within 20 s",
-                    sock.display()
-                )));
-            }
-            let info = pm
-                .container_inspect(&name)
-                .await
-                .map_err(container("inspect", &name))?;
-            if !info.state.running {
-                return Err(HostError::Agent(format!(
-                    "the agent container exited ({})",
-                    info.state.status
-                )));
-            }
-            self.pause(Duration::from_millis(10)).await?;
-        }
-        Ok(format!("agent {name} up, socket {}", sock.display()))
-    }
-
-    /// Remove every container of `role` of this lease; confirm none is left.
-    async fn remove_role(
-        &self,
-        lease: &str,
-        role: Role,
-        grace: Option<Duration>,
-    ) -> Result<String, HostError> {
-        let pm = self.podman().await?;
-        let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, role.as_str());
-        let what = format!("{} containers", role.as_str());
-        let list = pm
-            .container_list(&filter)
-            .await
-            .map_err(container("list", &what))?;
-        let mut removed = Vec::new();
-        for c in &list {
-            let mut name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
-            // Without a grace period: SIGKILL at once.
-            if c.state == "running" {
-                match gpuq_podman::stop_local(&pm, &c.id, grace.unwrap_or_default()).await {
-                    Ok(how) => name = format!("{name} ({how})"),
-                    Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(container("stop", &short(&c.id))(e)),
-                }
-            }
-            gpuq_podman::remove_stopped(&pm, &c.id)
-                .await
-                .map_err(container("remove", &short(&c.id)))?;
-            removed.push(name);
-        }
-        let left = pm
-            .container_list(&filter)
-            .await
-            .map_err(container("list", &what))?;
-        if !left.is_empty() {
-            return Err(HostError::Left {
-                role: role.as_str(),
-                count: left.len(),
-            });
-        }
-        Ok(if removed.is_empty() {
-            format!("no {} container", role.as_str())
-        } else {
-            format!("removed {}", removed.join(", "))
-        })
-    }
-
-    /// Cleanup step: client containers (`daos-exec`) of this lease.
-    pub async fn remove_clients(&self, lease: &str) -> Result<String, HostError> {
-        // Their main process is an idle `sleep` (which ignores SIGTERM as
-        // PID 1); the user's commands are exec sessions: nothing to stop
-        // gracefully, and a stop would only wait out its grace period.
-        self.remove_role(lease, Role::Client, None).await
-    }
-
-    /// Cleanup step: the agent. SIGTERM while the servers are up (it
-    /// evicts its pool handles; daos.md), confirmed by its process leaving
-    /// (seen in `/proc`, or Podman's own stop where it cannot be seen). The
-    /// stopped container is removed alongside `dmg system stop`
-    /// ([`Host::remove_agent`]).
-    pub async fn stop_agent(&self, lease: &str) -> Result<String, HostError> {
-        let pm = self.podman().await?;
-        let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, Role::Agent.as_str());
-        let list = pm
-            .container_list(&filter)
-            .await
-            .map_err(container("list", "agent containers"))?;
-        let mut stopped = Vec::new();
-        for c in list.iter().filter(|c| c.state == "running") {
-            let name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
-            match gpuq_podman::stop_local(&pm, &c.id, AGENT_GRACE).await {
-                Ok(how) => stopped.push(format!("{name} ({how})")),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(container("stop", &name)(e)),
-            }
-        }
-        Ok(if stopped.is_empty() {
-            "no running agent".to_string()
-        } else {
-            format!("stopped {}", stopped.join(", "))
-        })
-    }
-
-    /// The agent's container, stopped by [`Host::stop_agent`], removed
-    /// while `dmg system stop` runs (stopped first if it runs again, e.g.
-    /// after a restart); confirmed like every removal.
-    pub async fn remove_agent(&self, lease: &str) -> Result<String, HostError> {
-        self.remove_role(lease, Role::Agent, Some(AGENT_GRACE))
-            .await
-    }
-
-    /// This host's part of the wipe, while the nodes wipe theirs (the
-    /// servers are stopped by then): the lease's files, and the admin
-    /// container a lease prepared by an earlier version made (an idle
-    /// `sleep`: killed at once; confirmed like every removal).
-    pub async fn remove_lease_files(&self, lease: &str) -> Result<String, HostError> {
-        let legacy = self.remove_role(lease, Role::Admin, None).await?;
-        self.remove_files(lease)?;
-        Ok(if legacy.starts_with("removed") {
-            format!("{legacy} (an earlier version's admin container), lease files removed")
-        } else {
-            "lease files removed".to_string()
-        })
-    }
-
-    /// Cleanup step: `dmg system stop` (again with `--force` if a rank did
     /// not stop). A system that was never formatted, or whose servers no
     /// longer answer, has nothing to stop; so has one whose dmg node
     /// refuses the command (it holds no such lease, or its server
@@ -795,24 +537,6 @@ impl Host {
             .map(|(n, _)| n.as_str())
     }
 
-    /// Names of this lease's containers on the host (for status).
-    pub async fn containers(&self, lease: &str) -> Result<Vec<String>, HostError> {
-        let pm = self.podman().await?;
-        let list = pm
-            .container_list(&LabelFilter::lease(lease))
-            .await
-            .map_err(container("list", "the lease's containers"))?;
-        Ok(list
-            .iter()
-            .map(|c| {
-                format!(
-                    "{} {}",
-                    c.names.first().cloned().unwrap_or_default(),
-                    c.state
-                )
-            })
-            .collect())
-    }
 }
 
 /// `rank R ADDR <field>, ...` of `dmg system query` members.
@@ -951,96 +675,23 @@ fn one_line(s: &str) -> String {
     out
 }
 
-/// A Podman error about `target` (a container, or a role's containers).
-fn container(op: &'static str, target: &str) -> impl FnOnce(gpuq_podman::Error) -> HostError {
-    let target = target.to_string();
-    move |source| HostError::Container {
-        op,
-        target,
-        source: Box::new(source),
+/// The client side's view of a profile.
+fn client_profile(p: &HostProfile) -> ClientProfile {
+    ClientProfile {
+        image: p.image.clone(),
+        system: p.system.clone(),
+        port: p.port,
+        hostlist: p.nodes.iter().map(|(_, a)| a.clone()).collect(),
+        access_points: p.access_points.clone(),
+        request: p.deadlines.request,
     }
-}
-
-fn short(id: &str) -> String {
-    id.chars().take(12).collect()
-}
-
-fn file<'a>(name: &'a str, bytes: &'a [u8], mode: u32) -> gpuq_leasecert::File<'a> {
-    gpuq_leasecert::File { name, bytes, mode }
-}
-
-fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
-}
-
-/// The agent is ready when its socket accepts a connection — not when the
-/// file exists: bind() makes the file before listen(), and a client that
-/// came in between got ECONNREFUSED. DAOS's dRPC socket is SOCK_SEQPACKET
-/// (Go's "unixpacket"); the simulator's is SOCK_STREAM; a probe of the
-/// wrong type gets EPROTOTYPE and the other type is tried. Only a socket
-/// itself counts (no symlink is followed: the directory is shared with the
-/// container). The probe does not block: a full backlog (EAGAIN) also
-/// means it listens.
-fn agent_listens(sock: &Path) -> bool {
-    use nix::errno::Errno;
-    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
-    use std::os::unix::fs::FileTypeExt;
-    match std::fs::symlink_metadata(sock) {
-        Ok(m) if m.file_type().is_socket() => {}
-        _ => return false,
-    }
-    let Ok(addr) = UnixAddr::new(sock) else {
-        return false;
-    };
-    for ty in [SockType::SeqPacket, SockType::Stream] {
-        let Ok(fd) = socket(
-            AddressFamily::Unix,
-            ty,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-            None,
-        ) else {
-            return false;
-        };
-        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr) {
-            Ok(()) | Err(Errno::EAGAIN) => return true,
-            Err(Errno::EPROTOTYPE) => continue,
-            Err(_) => return false,
-        }
-    }
-    false
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{agent_listens, format_reply, joined_shape};
+    use super::{format_reply, joined_shape};
     use serde_json::{json, Value};
 
-    #[test]
-    fn an_agent_socket_is_ready_only_once_it_listens_of_either_type_and_never_through_a_symlink() {
-        use nix::sys::socket::{
-            bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
-        };
-        use std::os::fd::AsRawFd;
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("daos_agent.sock");
-        assert!(!agent_listens(&sock), "no file");
-        for ty in [SockType::SeqPacket, SockType::Stream] {
-            let _ = std::fs::remove_file(&sock);
-            let fd = socket(AddressFamily::Unix, ty, SockFlag::SOCK_CLOEXEC, None).unwrap();
-            bind(fd.as_raw_fd(), &UnixAddr::new(&sock).unwrap()).unwrap();
-            assert!(!agent_listens(&sock), "{ty:?}: bound, not listening");
-            listen(&fd, Backlog::new(4).unwrap()).unwrap();
-            assert!(agent_listens(&sock), "{ty:?}: listening");
-            let link = dir.path().join("link.sock");
-            let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&sock, &link).unwrap();
-            assert!(!agent_listens(&link), "{ty:?}: through a symlink");
-        }
-        let plain = dir.path().join("plain");
-        std::fs::write(&plain, b"").unwrap();
-        assert!(!agent_listens(&plain), "a regular file");
-    }
 
     /// daos.md's `dmg storage format -j` success, field for field.
     fn formatted() -> Value {

@@ -19,6 +19,7 @@ pub mod host;
 pub mod nodes;
 
 pub use error::{DaosError, HostError, PrepareStep};
+pub use gpuq_clienthost::ClientError;
 pub use nodes::Node;
 use nodes::{call_all, call_each, Retry};
 

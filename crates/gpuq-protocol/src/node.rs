@@ -4,7 +4,9 @@
 //! Routes: `GET /v1/status`, `POST /v1/preflight`,
 //! `POST /v1/leases/{lease}/start`, `POST /v1/leases/{lease}/stop`,
 //! `POST /v1/leases/{lease}/wipe`, `POST /v1/leases/{lease}/dmg`,
-//! `GET /v1/leases/{lease}/logs`, `GET /v1/install`, `GET /v1/metrics`.
+//! `GET /v1/leases/{lease}/logs`, `GET /v1/install`, `GET /v1/metrics`;
+//! on a GPU host's helper `POST /v1/clients/{lease}/files` and
+//! `POST /v1/clients/{lease}/{step}` ([`ClientStep`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -266,6 +268,99 @@ pub struct StartReport {
     /// before the node answered. Absent from an older helper: false.
     #[serde(default)]
     pub awaiting_format: bool,
+}
+
+/// The lease's certificates a GPU host's client side gets (PEM): the CA's,
+/// the job owner's admin pair, the agent's pair. Never the CA's key or
+/// the servers' pair.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientTls {
+    /// `daosCA.crt`.
+    pub ca_cert: String,
+    /// `admin.crt`, `admin.key`: the job owner's.
+    pub admin_cert: String,
+    pub admin_key: String,
+    /// `agent.crt`, `agent.key`: the lease's agent's.
+    pub agent_cert: String,
+    pub agent_key: String,
+}
+
+impl std::fmt::Debug for ClientTls {
+    // Never print the keys (logs, panics).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientTls { ca_cert, admin_cert, admin_key: <private>, agent_cert, agent_key: <private> }")
+    }
+}
+
+/// `POST /v1/clients/{lease}/files` on a GPU host's helper (a Slurm job
+/// placed on that host): write the lease's client files under the
+/// helper's `[client] run_dir`, the admin pair for `owner_uid` alone.
+/// The image of the agent and client containers is the helper's own
+/// profile's, never the request's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientFilesRequest {
+    pub profile: String,
+    /// The job's owner: never 0.
+    pub owner_uid: u32,
+    /// The DAOS system name (`name:`).
+    pub system: String,
+    /// The servers' control port.
+    pub port: u16,
+    /// Every server's address, in node order (`hostlist:`).
+    pub hostlist: Vec<String>,
+    /// The management-service replicas (the agent's access points).
+    pub access_points: Vec<String>,
+    pub tls: ClientTls,
+}
+
+/// The other steps of a GPU host's client side, each
+/// `POST /v1/clients/{lease}/{step}` with a [`ClientStepRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientStep {
+    /// Start the lease's agent and wait for its socket.
+    StartAgent,
+    /// Remove the lease's client (`daos-exec`) containers.
+    RemoveClients,
+    /// SIGTERM the agent, confirmed by its process leaving.
+    StopAgent,
+    /// Remove the stopped agent's container.
+    RemoveAgent,
+    /// Remove `<run_dir>/<lease>/`.
+    RemoveFiles,
+}
+
+impl ClientStep {
+    pub const ALL: [ClientStep; 5] = [
+        ClientStep::StartAgent,
+        ClientStep::RemoveClients,
+        ClientStep::StopAgent,
+        ClientStep::RemoveAgent,
+        ClientStep::RemoveFiles,
+    ];
+
+    /// The step's path segment.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientStep::StartAgent => "start-agent",
+            ClientStep::RemoveClients => "remove-clients",
+            ClientStep::StopAgent => "stop-agent",
+            ClientStep::RemoveAgent => "remove-agent",
+            ClientStep::RemoveFiles => "remove-files",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == s)
+    }
+}
+
+/// The body of every [`ClientStep`]: the lease's profile (its image).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientStepRequest {
+    pub profile: String,
 }
 
 /// `POST /v1/leases/{lease}/stop` and `/wipe`.

@@ -339,7 +339,7 @@ pub async fn data_in(
         let mut host = daos
             .host(&r.profile)
             .map_err(|e| Error::Failed(e.to_string()))?;
-        host.stop = Some(abandoned.clone());
+        host.set_stop(abandoned.clone());
         let owner = format!("slurm job {job} (uid {})", r.uid);
         let prepared = daos
             .prepare(&r.lease, &owner, r.uid, &r.profile, &host, &steps)

@@ -1,0 +1,700 @@
+//! A lease's DAOS client side on one GPU host, through that host's own
+//! Podman API: the lease's files (control config, the owner's admin
+//! certificate, the agent's config and certificate, the agent's socket
+//! dir), its agent container, the spec of every `gpuq daos-exec`
+//! session's client container, and removing all of it at cleanup.
+//!
+//! Two callers drive it: gpuq-lifecycle for the host it runs on (the
+//! broker's cxl2, gpuq-slurm's `agent_host`), and gpuq-nodesvc for a GPU
+//! host that the driver reaches over a node link (a Slurm job placed on
+//! another GPU host; docs/slurm.md). Nothing here runs `dmg`: that is the
+//! lease driver's, through the dmg node.
+//!
+//! Every container is created from the profile's pinned image ID and
+//! labelled with the lease and its role, so cleanup finds exactly this
+//! lease's containers and nothing else. Files of a lease live under
+//! `<run_dir>/<lease>/` (0755 root), which cleanup removes:
+//!
+//! | path | owner, mode | what | mounted in |
+//! | --- | --- | --- | --- |
+//! | `daos_control.yml` | root 0644 | the job's dmg config (`DAOS_CONTROL_CONFIG`): names the files in `user/` | client containers (same path, read-only) |
+//! | `user/` | the job's owner, 0500 | `daosCA.crt`, `admin.crt` (0444), `admin.key` (0400) | client containers (same path, read-only) |
+//! | `agent-etc/` | root 0700 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
+//! | `agent/` | root 0755 | the agent's socket | agent and client containers |
+//!
+//! The certificates are the lease's own (gpuq-leasecert): no other user
+//! can enter `user/`, so no other user's dmg can present the admin
+//! certificate to this lease's servers.
+
+use gpuq_daosconf::{AgentConfig, ControlConfig, Transport};
+use gpuq_podman::{
+    lease_labels, ContainerSpec, ImageId, LabelFilter, LibpodClient, Mount, Namespace, Podman, Role,
+};
+use gpuq_protocol::node::ClientTls;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// A failure of a lease's client side on this host.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The preparation was told to stop (the job was cancelled or ran out
+    /// of time) and ended between two calls.
+    #[error("stopped: the job was cancelled or ran out of time")]
+    Stopped,
+    /// This host's Podman API could not be reached.
+    #[error("local Podman ({}): {source}", socket.display())]
+    Podman {
+        socket: PathBuf,
+        #[source]
+        source: Box<gpuq_podman::Error>,
+    },
+    /// A Podman request about one container (or one role's containers).
+    #[error("{op} {target}: {source}")]
+    Container {
+        op: &'static str,
+        target: String,
+        #[source]
+        source: Box<gpuq_podman::Error>,
+    },
+    /// Containers of a role still there after their removal.
+    #[error("{count} {role} container(s) still present")]
+    Left { role: &'static str, count: usize },
+    /// A file or directory of the lease on this host.
+    #[error("{}: {source}", path.display())]
+    Files {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A DAOS configuration file of the lease that cannot be written as
+    /// asked (a value outside what the renderer accepts).
+    #[error("{file}: {detail}")]
+    Config { file: &'static str, detail: String },
+    /// The lease's certificates could not be installed.
+    #[error(transparent)]
+    Certs(#[from] gpuq_leasecert::CertError),
+    /// The agent did not come up.
+    #[error("{0}")]
+    Agent(String),
+}
+
+/// What the client side needs to know about the DAOS system of a profile.
+#[derive(Debug, Clone)]
+pub struct ClientProfile {
+    /// The profile's pinned image (the agent and client containers).
+    pub image: ImageId,
+    /// The DAOS system name the servers render (`name:`).
+    pub system: String,
+    /// The servers' control port.
+    pub port: u16,
+    /// The addresses dmg reaches the servers at (the control config's
+    /// `hostlist`).
+    pub hostlist: Vec<String>,
+    /// The management-service replicas (the agent's access points).
+    pub access_points: Vec<String>,
+    /// Every Podman request's deadline.
+    pub request: Duration,
+}
+
+/// The client side's share of a lease's certificates.
+pub fn client_tls(c: &gpuq_leasecert::LeaseCerts) -> ClientTls {
+    ClientTls {
+        ca_cert: c.ca_cert.clone(),
+        admin_cert: c.admin.cert.clone(),
+        admin_key: c.admin.key.clone(),
+        agent_cert: c.agent.cert.clone(),
+        agent_key: c.agent.key.clone(),
+    }
+}
+
+/// A lease's client side on this host, for one profile.
+#[derive(Debug, Clone)]
+pub struct ClientHost {
+    /// The host's Podman API socket.
+    pub podman_socket: PathBuf,
+    /// Root-owned directory for per-lease files (`<run_dir>/<lease>/`).
+    pub run_dir: PathBuf,
+    pub profile: ClientProfile,
+    /// Set when the job is cancelled or times out while its system is
+    /// prepared: the waits end at once, a Podman call in flight completes
+    /// (so the cleanup that follows sees what it made).
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
+    /// The Podman client, connected (and its API version checked) on first
+    /// use; every request opens its own connection to the socket.
+    client: std::sync::Arc<tokio::sync::OnceCell<LibpodClient>>,
+}
+
+const ETC_IN: &str = "/etc/daos";
+const AGENT_CONF_IN: &str = "/etc/daos/daos_agent.yml";
+const AGENT_DIR_IN: &str = "/var/run/daos_agent";
+/// How long the agent has after SIGTERM before SIGKILL.
+const AGENT_GRACE: Duration = Duration::from_secs(10);
+/// How long the agent may take to listen on its socket.
+const AGENT_UP: Duration = Duration::from_secs(20);
+
+fn control_config_in(run_dir: &Path, lease: &str) -> PathBuf {
+    run_dir.join(lease).join("daos_control.yml")
+}
+
+fn agent_dir_in(run_dir: &Path, lease: &str) -> PathBuf {
+    run_dir.join(lease).join("agent")
+}
+
+
+/// A lease's DAOS variables for its job, from the configuration alone
+/// (no link, no container): `DAOS_SYSTEM`, the control config and the
+/// agent's socket dir under `run_dir`, then the profile's own `env`.
+/// [`Host::job_env`] and gpuq-slurm's `paths` both say exactly this.
+pub fn job_env(
+    run_dir: &Path,
+    system: &str,
+    extra: &[(String, String)],
+    lease: &str,
+) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("DAOS_SYSTEM".to_string(), system.to_string()),
+        (
+            "DAOS_CONTROL_CONFIG".to_string(),
+            control_config_in(run_dir, lease).display().to_string(),
+        ),
+        (
+            "DAOS_AGENT_DRPC_DIR".to_string(),
+            agent_dir_in(run_dir, lease).display().to_string(),
+        ),
+    ];
+    env.extend(extra.iter().cloned());
+    env
+}
+
+impl ClientHost {
+    pub fn new(podman_socket: PathBuf, run_dir: PathBuf, profile: ClientProfile) -> Self {
+        ClientHost {
+            podman_socket,
+            run_dir,
+            profile,
+            stop: None,
+            client: Default::default(),
+        }
+    }
+
+    pub fn lease_dir(&self, lease: &str) -> PathBuf {
+        self.run_dir.join(lease)
+    }
+    /// The control config on the host (for `DAOS_CONTROL_CONFIG`).
+    pub fn control_config(&self, lease: &str) -> PathBuf {
+        control_config_in(&self.run_dir, lease)
+    }
+    /// The job owner's copy of the admin certificate and key.
+    pub fn user_cert_dir(&self, lease: &str) -> PathBuf {
+        self.lease_dir(lease).join("user")
+    }
+    /// The agent's socket directory on the host (for `DAOS_AGENT_DRPC_DIR`).
+    pub fn agent_dir(&self, lease: &str) -> PathBuf {
+        agent_dir_in(&self.run_dir, lease)
+    }
+    fn agent_name(lease: &str) -> String {
+        format!("gpuq-{lease}-agent")
+    }
+
+    /// Whether the preparation was told to stop.
+    pub fn stopped(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| *s.borrow())
+    }
+
+    /// An error if told to stop: the preparation ends between two calls.
+    pub fn check_stop(&self) -> Result<(), ClientError> {
+        if self.stopped() {
+            return Err(ClientError::Stopped);
+        }
+        Ok(())
+    }
+
+    /// Wait `d`, or less if told to stop meanwhile (then an error).
+    async fn pause(&self, d: Duration) -> Result<(), ClientError> {
+        self.check_stop()?;
+        match self.stop.clone() {
+            None => tokio::time::sleep(d).await,
+            Some(mut s) => {
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = s.wait_for(|stop| *stop) => {}
+                }
+            }
+        }
+        self.check_stop()
+    }
+
+    async fn podman(&self) -> Result<LibpodClient, ClientError> {
+        self.client
+            .get_or_try_init(|| {
+                LibpodClient::connect_with_timeout(
+                    &self.podman_socket,
+                    Some(self.profile.request),
+                )
+            })
+            .await
+            .cloned()
+            .map_err(|source| ClientError::Podman {
+                socket: self.podman_socket.clone(),
+                source: Box::new(source),
+            })
+    }
+
+    /// Write the lease's control and agent configs, its certificates (the
+    /// admin key for the job's owner `owner_uid` only) and its agent
+    /// directory; see the module's table.
+    pub fn write_files(
+        &self,
+        lease: &str,
+        certs: &ClientTls,
+        owner_uid: u32,
+    ) -> Result<(), ClientError> {
+        let dir = self.lease_dir(lease);
+        let io = |what: &Path, source: std::io::Error| ClientError::Files {
+            path: what.to_path_buf(),
+            source,
+        };
+        if !self.run_dir.exists() {
+            // The job's user reaches <run_dir>/<lease>/ through it; mkdir's
+            // mode is filtered by the broker's umask (077).
+            std::fs::create_dir_all(&self.run_dir).map_err(|e| io(&self.run_dir, e))?;
+            set_mode(&self.run_dir, 0o755).map_err(|e| io(&self.run_dir, e))?;
+        }
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(&dir, e)),
+        }
+        set_mode(&dir, 0o755).map_err(|e| io(&dir, e))?;
+        let p = &self.profile;
+        let comment = format!("Written by gpuq for lease {lease}.");
+        let control = |d: &str| {
+            ControlConfig {
+                system: p.system.clone(),
+                port: p.port,
+                hostlist: p.hostlist.clone(),
+                transport: Transport::in_dir(d, "admin"),
+            }
+            .render(&comment)
+            .map_err(|e| ClientError::Config {
+                file: "daos_control.yml",
+                detail: e.to_string(),
+            })
+        };
+        let agent = AgentConfig {
+            system: p.system.clone(),
+            access_points: p.access_points.clone(),
+            port: p.port,
+            transport: Transport::in_dir(ETC_IN, "agent"),
+            runtime_dir: AGENT_DIR_IN.to_string(),
+        }
+        .render(&comment)
+        .map_err(|e| ClientError::Config {
+            file: "daos_agent.yml",
+            detail: e.to_string(),
+        })?;
+        let user = self.user_cert_dir(lease);
+        let user_control = control(&user.display().to_string())?;
+        use gpuq_leasecert::{CERT_MODE, KEY_MODE};
+        // A directory left by an earlier attempt is replaced (its parent is
+        // root's: nobody else can have put anything in its place).
+        for (sub, files, owner, mode) in [
+            (
+                "user",
+                vec![
+                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
+                    file("admin.crt", certs.admin_cert.as_bytes(), CERT_MODE),
+                    file("admin.key", certs.admin_key.as_bytes(), KEY_MODE),
+                ],
+                (owner_uid, 0),
+                0o500,
+            ),
+            (
+                "agent-etc",
+                vec![
+                    file("daos_agent.yml", agent.as_bytes(), 0o444),
+                    file("daosCA.crt", certs.ca_cert.as_bytes(), CERT_MODE),
+                    file("agent.crt", certs.agent_cert.as_bytes(), CERT_MODE),
+                    file("agent.key", certs.agent_key.as_bytes(), KEY_MODE),
+                ],
+                (0, 0),
+                0o700,
+            ),
+        ] {
+            let d = dir.join(sub);
+            match std::fs::remove_dir_all(&d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io(&d, e)),
+            }
+            gpuq_leasecert::install(&d, &files, owner, mode)?;
+        }
+        gpuq_durable::write_atomic(&self.control_config(lease), user_control.as_bytes(), 0o644)
+            .map_err(|e| io(&self.control_config(lease), e))?;
+        let ad = self.agent_dir(lease);
+        match std::fs::create_dir(&ad) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io(&ad, e)),
+        }
+        set_mode(&ad, 0o755).map_err(|e| io(&ad, e))?;
+        Ok(())
+    }
+
+    /// Remove `<run_dir>/<lease>/` (after the agent and clients are gone).
+    pub fn remove_files(&self, lease: &str) -> Result<(), ClientError> {
+        let dir = self.lease_dir(lease);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(ClientError::Files { path: dir, source }),
+        }
+    }
+
+    fn base_spec(&self, name: String, lease: &str, role: Role) -> ContainerSpec {
+        let mut spec = ContainerSpec::new(name, self.profile.image.clone());
+        spec.labels = lease_labels(lease, role);
+        spec.network = Namespace::Host;
+        spec.cap_drop = vec!["ALL".into()];
+        spec.no_new_privileges = true;
+        spec
+    }
+
+    /// Write the lease's files on this host (see the module's table).
+    pub fn prepare_files(
+        &self,
+        lease: &str,
+        certs: &ClientTls,
+        owner_uid: u32,
+    ) -> Result<String, ClientError> {
+        self.check_stop()?;
+        self.write_files(lease, certs, owner_uid)?;
+        Ok(format!("{} written", self.lease_dir(lease).display()))
+    }
+
+    /// A `gpuq daos-exec` session's client container, run as the job's
+    /// owner (`uid`, `gid`, `groups`) with no capability: the caller's
+    /// checked submit directory and the operator's mounts (each a (source,
+    /// target) pair: the broker's exec.rs stages the checked directories on
+    /// paths only root can reach), the agent's socket directory, the job's
+    /// control config and the owner's certificates at their host paths
+    /// (read-only), and a private `/tmp`. Idle: the session runs in it by
+    /// exec.
+    pub fn client_spec(
+        &self,
+        lease: &str,
+        name: &str,
+        image: ImageId,
+        (uid, gid, groups): (u32, u32, &[u32]),
+        submit: (&Path, &Path),
+        extra: &[(PathBuf, PathBuf)],
+    ) -> ContainerSpec {
+        let mut spec = self.base_spec(name.to_string(), lease, Role::Client);
+        spec.image = image;
+        spec.user = Some(format!("{uid}:{gid}"));
+        spec.groups = groups.iter().map(u32::to_string).collect();
+        spec.command = vec!["sleep".into(), "2147483647".into()];
+        let bind =
+            |s: &Path, d: &Path| Mount::bind(s.display().to_string(), d.display().to_string());
+        let same = |p: &Path| bind(p, p);
+        spec.mounts = vec![
+            bind(submit.0, submit.1),
+            same(&self.agent_dir(lease)),
+            same(&self.control_config(lease)).read_only(),
+            // The owner's admin certificate and key (0500, the owner's):
+            // the control config names them at these host paths.
+            same(&self.user_cert_dir(lease)).read_only(),
+            Mount {
+                options: vec!["mode=1777".into()],
+                ..Mount::tmpfs("/tmp")
+            },
+        ];
+        spec.mounts.extend(extra.iter().map(|(s, d)| bind(s, d)));
+        spec
+    }
+
+    /// Start the agent and wait for its socket.
+    pub async fn start_agent(&self, lease: &str) -> Result<String, ClientError> {
+        self.check_stop()?;
+        let pm = self.podman().await?;
+        let name = Self::agent_name(lease);
+        let mut spec = self.base_spec(name.clone(), lease, Role::Agent);
+        // daos.md: the agent monitors its clients' processes (host PID).
+        spec.pid = Namespace::Host;
+        spec.command = vec![
+            "daos_agent".into(),
+            "-o".into(),
+            AGENT_CONF_IN.into(),
+            "-s".into(),
+            AGENT_DIR_IN.into(),
+        ];
+        // Its config and the agent certificate (root's, 0700).
+        spec.mounts.push(
+            Mount::bind(
+                self.lease_dir(lease)
+                    .join("agent-etc")
+                    .display()
+                    .to_string(),
+                ETC_IN,
+            )
+            .read_only(),
+        );
+        spec.mounts.push(Mount::bind(
+            self.agent_dir(lease).display().to_string(),
+            AGENT_DIR_IN,
+        ));
+        pm.container_create(&spec)
+            .await
+            .map_err(container("create", &name))?;
+        pm.container_start(&name)
+            .await
+            .map_err(container("start", &name))?;
+        let sock = self.agent_dir(lease).join("daos_agent.sock");
+        let deadline = Instant::now() + AGENT_UP;
+        while !agent_listens(&sock) {
+            if Instant::now() >= deadline {
+                return Err(ClientError::Agent(format!(
+                    "the agent did not listen on {} within {} s",
+                    sock.display(),
+                    AGENT_UP.as_secs()
+                )));
+            }
+            let info = pm
+                .container_inspect(&name)
+                .await
+                .map_err(container("inspect", &name))?;
+            if !info.state.running {
+                return Err(ClientError::Agent(format!(
+                    "the agent container exited ({})",
+                    info.state.status
+                )));
+            }
+            self.pause(Duration::from_millis(10)).await?;
+        }
+        Ok(format!("agent {name} up, socket {}", sock.display()))
+    }
+
+    /// Remove every container of `role` of this lease; confirm none is left.
+    async fn remove_role(
+        &self,
+        lease: &str,
+        role: Role,
+        grace: Option<Duration>,
+    ) -> Result<String, ClientError> {
+        let pm = self.podman().await?;
+        let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, role.as_str());
+        let what = format!("{} containers", role.as_str());
+        let list = pm
+            .container_list(&filter)
+            .await
+            .map_err(container("list", &what))?;
+        let mut removed = Vec::new();
+        for c in &list {
+            let mut name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
+            // Without a grace period: SIGKILL at once.
+            if c.state == "running" {
+                match gpuq_podman::stop_local(&pm, &c.id, grace.unwrap_or_default()).await {
+                    Ok(how) => name = format!("{name} ({how})"),
+                    Err(e) if e.is_not_found() => {}
+                    Err(e) => return Err(container("stop", &short(&c.id))(e)),
+                }
+            }
+            gpuq_podman::remove_stopped(&pm, &c.id)
+                .await
+                .map_err(container("remove", &short(&c.id)))?;
+            removed.push(name);
+        }
+        let left = pm
+            .container_list(&filter)
+            .await
+            .map_err(container("list", &what))?;
+        if !left.is_empty() {
+            return Err(ClientError::Left {
+                role: role.as_str(),
+                count: left.len(),
+            });
+        }
+        Ok(if removed.is_empty() {
+            format!("no {} container", role.as_str())
+        } else {
+            format!("removed {}", removed.join(", "))
+        })
+    }
+
+    /// Cleanup step: client containers (`daos-exec`) of this lease.
+    pub async fn remove_clients(&self, lease: &str) -> Result<String, ClientError> {
+        // Their main process is an idle `sleep` (which ignores SIGTERM as
+        // PID 1); the user's commands are exec sessions: nothing to stop
+        // gracefully, and a stop would only wait out its grace period.
+        self.remove_role(lease, Role::Client, None).await
+    }
+
+    /// Cleanup step: the agent. SIGTERM while the servers are up (it
+    /// evicts its pool handles; daos.md), confirmed by its process leaving
+    /// (seen in `/proc`, or Podman's own stop where it cannot be seen). The
+    /// stopped container is removed alongside `dmg system stop`
+    /// ([`Host::remove_agent`]).
+    pub async fn stop_agent(&self, lease: &str) -> Result<String, ClientError> {
+        let pm = self.podman().await?;
+        let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, Role::Agent.as_str());
+        let list = pm
+            .container_list(&filter)
+            .await
+            .map_err(container("list", "agent containers"))?;
+        let mut stopped = Vec::new();
+        for c in list.iter().filter(|c| c.state == "running") {
+            let name = c.names.first().cloned().unwrap_or_else(|| short(&c.id));
+            match gpuq_podman::stop_local(&pm, &c.id, AGENT_GRACE).await {
+                Ok(how) => stopped.push(format!("{name} ({how})")),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(container("stop", &name)(e)),
+            }
+        }
+        Ok(if stopped.is_empty() {
+            "no running agent".to_string()
+        } else {
+            format!("stopped {}", stopped.join(", "))
+        })
+    }
+
+    /// The agent's container, stopped by [`Host::stop_agent`], removed
+    /// while `dmg system stop` runs (stopped first if it runs again, e.g.
+    /// after a restart); confirmed like every removal.
+    pub async fn remove_agent(&self, lease: &str) -> Result<String, ClientError> {
+        self.remove_role(lease, Role::Agent, Some(AGENT_GRACE))
+            .await
+    }
+
+    /// This host's part of the wipe, while the nodes wipe theirs (the
+    /// servers are stopped by then): the lease's files, and the admin
+    /// container a lease prepared by an earlier version made (an idle
+    /// `sleep`: killed at once; confirmed like every removal).
+    pub async fn remove_lease_files(&self, lease: &str) -> Result<String, ClientError> {
+        let legacy = self.remove_role(lease, Role::Admin, None).await?;
+        self.remove_files(lease)?;
+        Ok(if legacy.starts_with("removed") {
+            format!("{legacy} (an earlier version's admin container), lease files removed")
+        } else {
+            "lease files removed".to_string()
+        })
+    }
+
+    /// Cleanup step: `dmg system stop` (again with `--force` if a rank did
+    /// not stop). A system that was never formatted, or whose servers no
+    /// longer answer, has nothing to stop; so has one whose dmg node
+    /// refuses the command (it holds no such lease, or its server
+    /// container is not running, or the lease was started without dmg
+    /// access there): the nodes' server stop that follows stops and
+    /// confirms.
+    /// Names of this lease's containers on the host (for status).
+    pub async fn containers(&self, lease: &str) -> Result<Vec<String>, ClientError> {
+        let pm = self.podman().await?;
+        let list = pm
+            .container_list(&LabelFilter::lease(lease))
+            .await
+            .map_err(container("list", "the lease's containers"))?;
+        Ok(list
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} {}",
+                    c.names.first().cloned().unwrap_or_default(),
+                    c.state
+                )
+            })
+            .collect())
+    }
+}
+
+/// A Podman error about `target` (a container, or a role's containers).
+fn container(op: &'static str, target: &str) -> impl FnOnce(gpuq_podman::Error) -> ClientError {
+    let target = target.to_string();
+    move |source| ClientError::Container {
+        op,
+        target,
+        source: Box::new(source),
+    }
+}
+
+fn short(id: &str) -> String {
+    id.chars().take(12).collect()
+}
+
+fn file<'a>(name: &'a str, bytes: &'a [u8], mode: u32) -> gpuq_leasecert::File<'a> {
+    gpuq_leasecert::File { name, bytes, mode }
+}
+
+fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+}
+
+/// The agent is ready when its socket accepts a connection — not when the
+/// file exists: bind() makes the file before listen(), and a client that
+/// came in between got ECONNREFUSED. DAOS's dRPC socket is SOCK_SEQPACKET
+/// (Go's "unixpacket"); the simulator's is SOCK_STREAM; a probe of the
+/// wrong type gets EPROTOTYPE and the other type is tried. Only a socket
+/// itself counts (no symlink is followed: the directory is shared with the
+/// container). The probe does not block: a full backlog (EAGAIN) also
+/// means it listens.
+fn agent_listens(sock: &Path) -> bool {
+    use nix::errno::Errno;
+    use nix::sys::socket::{connect, socket, AddressFamily, SockFlag, SockType, UnixAddr};
+    use std::os::unix::fs::FileTypeExt;
+    match std::fs::symlink_metadata(sock) {
+        Ok(m) if m.file_type().is_socket() => {}
+        _ => return false,
+    }
+    let Ok(addr) = UnixAddr::new(sock) else {
+        return false;
+    };
+    for ty in [SockType::SeqPacket, SockType::Stream] {
+        let Ok(fd) = socket(
+            AddressFamily::Unix,
+            ty,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            None,
+        ) else {
+            return false;
+        };
+        match connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr) {
+            Ok(()) | Err(Errno::EAGAIN) => return true,
+            Err(Errno::EPROTOTYPE) => continue,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::agent_listens;
+
+
+    #[test]
+    fn an_agent_socket_is_ready_only_once_it_listens_of_either_type_and_never_through_a_symlink() {
+        use nix::sys::socket::{
+            bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr,
+        };
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("daos_agent.sock");
+        assert!(!agent_listens(&sock), "no file");
+        for ty in [SockType::SeqPacket, SockType::Stream] {
+            let _ = std::fs::remove_file(&sock);
+            let fd = socket(AddressFamily::Unix, ty, SockFlag::SOCK_CLOEXEC, None).unwrap();
+            bind(fd.as_raw_fd(), &UnixAddr::new(&sock).unwrap()).unwrap();
+            assert!(!agent_listens(&sock), "{ty:?}: bound, not listening");
+            listen(&fd, Backlog::new(4).unwrap()).unwrap();
+            assert!(agent_listens(&sock), "{ty:?}: listening");
+            let link = dir.path().join("link.sock");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&sock, &link).unwrap();
+            assert!(!agent_listens(&link), "{ty:?}: through a symlink");
+        }
+        let plain = dir.path().join("plain");
+        std::fs::write(&plain, b"").unwrap();
+        assert!(!agent_listens(&plain), "a regular file");
+    }
+}
