@@ -59,29 +59,18 @@ impl Daos {
         let links = NodeLinks::new(
             cfg.nodes
                 .iter()
-                .map(|n| LinkConfig {
-                    name: n.name.clone(),
-                    host: n.host.clone(),
-                    user: cfg.ssh_user.clone(),
-                    port: n.port,
-                    identity_file: cfg.identity_file.clone(),
-                    known_hosts_file: cfg.known_hosts_file.clone(),
-                    ssh_config_file: cfg.ssh_config_file.clone(),
-                    node_socket: n
-                        .node_socket
-                        .clone()
-                        .unwrap_or_else(|| cfg.node_socket.clone()),
-                    podman_socket: n
-                        .podman_socket
-                        .clone()
-                        .unwrap_or_else(|| cfg.node_podman_socket.clone()),
-                    forward_dir: cfg.forward_dir.clone(),
+                .map(|n| {
+                    link_config(
+                        &cfg,
+                        &n.name,
+                        &n.host,
+                        n.port,
+                        n.node_socket.clone(),
+                        n.podman_socket.clone(),
+                    )
                 })
                 .collect(),
-            Timings {
-                connect_timeout: Duration::from_secs(cfg.ssh_connect_timeout_secs),
-                ..Timings::default()
-            },
+            link_timings(&cfg),
         )?;
         links.start_all();
         Ok(Arc::new(Daos { cfg, store, links }))
@@ -93,6 +82,23 @@ impl Daos {
 
     pub fn profile(&self, name: &str) -> Option<&DaosProfile> {
         self.cfg.profiles.get(name)
+    }
+
+    /// The part of a lease of `profile` whose client side is on another
+    /// GPU host, through that host's helper `node` (its `[client]
+    /// run_dir` is `run_dir`).
+    pub fn remote_host(
+        &self,
+        profile: &str,
+        node: Node,
+        run_dir: PathBuf,
+    ) -> Result<Host, DaosError> {
+        let local = host_for(&self.cfg, profile)?;
+        let host = Host::remote(node, run_dir, local.profile);
+        Ok(match self.dmg_node() {
+            Some(n) => host.with_dmg_node(n),
+            None => host,
+        })
     }
 
     pub fn host(&self, profile: &str) -> Result<Host, DaosError> {
@@ -115,8 +121,14 @@ impl Daos {
     /// The lifecycle of a lease of `profile`: its nodes, replicas,
     /// deadlines and this host's part. A profile no longer configured is
     /// an error: nothing is done with a configuration that does not say how.
-    fn lifecycle(&self, profile: &str) -> Result<Lifecycle, DaosError> {
-        let host = self.host(profile)?;
+    fn lifecycle(&self, profile: &str, client: Option<Host>) -> Result<Lifecycle, DaosError> {
+        let host = match client {
+            Some(h) => match self.dmg_node() {
+                Some(n) => h.with_dmg_node(n),
+                None => h,
+            },
+            None => self.host(profile)?,
+        };
         let replicas = self
             .profile(profile)
             .map(|p| p.replicas.clone())
@@ -221,7 +233,9 @@ impl Daos {
             self.links.links().len(),
             t.elapsed().as_secs_f64()
         ));
-        let mut lc = self.lifecycle(profile)?;
+        // The lifecycle's own host (its cleanup on a failure) is never told
+        // to stop.
+        let mut lc = self.lifecycle(profile, Some(host.without_stop()))?;
         host.check_stop()
             .map_err(DaosError::host(PrepareStep::Preflight))?;
         let mut l = lc.preflight(lease, owner, local).await?;
@@ -317,6 +331,17 @@ impl Daos {
         lease: &str,
         local: &dyn LocalSteps,
     ) -> Result<Option<String>, DaosError> {
+        self.cleanup_on(lease, None, local).await
+    }
+
+    /// [`Daos::cleanup_for`] with the lease's client side on `client`
+    /// (`None`: this host's, from the configuration).
+    pub async fn cleanup_on(
+        &self,
+        lease: &str,
+        client: Option<Host>,
+        local: &dyn LocalSteps,
+    ) -> Result<Option<String>, DaosError> {
         let Some(mut l) = self.active().filter(|l| l.lease == lease) else {
             return Ok(None);
         };
@@ -324,7 +349,7 @@ impl Daos {
             return Ok(None);
         }
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
-        let lc = match self.lifecycle(&l.profile) {
+        let lc = match self.lifecycle(&l.profile, client) {
             Ok(lc) => lc,
             Err(e) => {
                 self.hold(lease, &format!("cannot clean up: {e}"))?;
@@ -344,6 +369,16 @@ impl Daos {
     /// unconfirmed step; `local` is the caller's part of that lease (see
     /// [`Daos::host`] for this host's).
     pub async fn recover(&self, local: &dyn LocalSteps) -> Result<String, DaosError> {
+        self.recover_on(&|_| None, local).await
+    }
+
+    /// [`Daos::recover`] with the held lease's client side where
+    /// `client_of(lease)` says (`None`: this host's).
+    pub async fn recover_on(
+        &self,
+        client_of: &(dyn Fn(&Lease) -> Option<Host> + Sync),
+        local: &dyn LocalSteps,
+    ) -> Result<String, DaosError> {
         if let Ok(Some(b)) = self.store.blocked() {
             if b.kind == gpuq_lease::HoldKind::Activating {
                 return Err(DaosError::Activating {
@@ -356,7 +391,7 @@ impl Daos {
             return Err(LifecycleError::NothingToRecover.into());
         };
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
-        let lc = self.lifecycle(&l.profile)?;
+        let lc = self.lifecycle(&l.profile, client_of(&l))?;
         let lease = l.lease.clone();
         lc.recover(Some(l), local).await?;
         Ok(format!(
@@ -999,6 +1034,39 @@ async fn check_host(
         "pins": images,
         "unpinned_containers": strays,
     })
+}
+
+/// The link to a host named `name` at ssh destination `host` (`port`),
+/// with the `[daos]` ssh settings; its helper's socket `node_socket` and
+/// Podman socket `podman_socket` there, else `[daos]`'s.
+pub fn link_config(
+    cfg: &DaosConfig,
+    name: &str,
+    host: &str,
+    port: Option<u16>,
+    node_socket: Option<PathBuf>,
+    podman_socket: Option<PathBuf>,
+) -> LinkConfig {
+    LinkConfig {
+        name: name.to_string(),
+        host: host.to_string(),
+        user: cfg.ssh_user.clone(),
+        port,
+        identity_file: cfg.identity_file.clone(),
+        known_hosts_file: cfg.known_hosts_file.clone(),
+        ssh_config_file: cfg.ssh_config_file.clone(),
+        node_socket: node_socket.unwrap_or_else(|| cfg.node_socket.clone()),
+        podman_socket: podman_socket.unwrap_or_else(|| cfg.node_podman_socket.clone()),
+        forward_dir: cfg.forward_dir.clone(),
+    }
+}
+
+/// The links' timings under `cfg`.
+pub fn link_timings(cfg: &DaosConfig) -> Timings {
+    Timings {
+        connect_timeout: Duration::from_secs(cfg.ssh_connect_timeout_secs),
+        ..Timings::default()
+    }
 }
 
 /// This host's part of a lease of `profile` (its Podman, run directory,

@@ -128,6 +128,17 @@ impl Host {
         self.stop = Some(stop);
     }
 
+    /// This host without its stop signal: what a cleanup uses (a cleanup
+    /// is never told to stop).
+    pub fn without_stop(&self) -> Host {
+        let mut h = self.clone();
+        h.stop = None;
+        if let ClientSide::Local(c) = &mut h.client {
+            c.stop = None;
+        }
+        h
+    }
+
     /// The client side on this host's own Podman, if it is here.
     pub fn local(&self) -> Option<&ClientHost> {
         match &self.client {

@@ -9,11 +9,14 @@
 //! - [`service::NodeService`]: preflight (read-only), start, stop, wipe,
 //!   each verified, each destructive step written to the lease's
 //!   `audit.jsonl` (fsync) — generic over [`gpuq_podman::Podman`];
-//! - [`wipeplan`]: what a wipe may do, decided from the lease record alone.
+//! - [`wipeplan`]: what a wipe may do, decided from the lease record alone;
+//! - [`client`]: on a GPU host (`[client]`), a lease's client side: its
+//!   files, agent and client containers (gpuq-clienthost).
 
 pub mod activation;
 pub mod audit;
 pub mod claim;
+pub mod client;
 pub mod dmg;
 pub mod evidence;
 pub mod procscan;

@@ -131,6 +131,17 @@ struct RawFile {
     install: gpuq_manifest::InstallPaths,
     #[serde(default)]
     activation: RawActivation,
+    #[serde(default)]
+    client: Option<RawClient>,
+}
+
+/// `[client]`: this host also serves the client side of a lease (a GPU
+/// host whose Slurm jobs use the DAOS site: the lease's files under
+/// `run_dir`, its agent and client containers on this host's Podman).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawClient {
+    run_dir: PathBuf,
 }
 
 /// `[activation]`: what `gpuq activate` looks at besides the devices.
@@ -165,6 +176,9 @@ pub struct ServiceConfig {
     pub install: gpuq_manifest::InstallPaths,
     /// `[activation] units`: the pre-existing DAOS services (`gpuq activate`).
     pub activation_units: Vec<String>,
+    /// `[client] run_dir`: where a lease's client files go on this host;
+    /// `None`: this helper serves no client side.
+    pub client_run_dir: Option<PathBuf>,
 }
 
 impl ServiceConfig {
@@ -266,12 +280,21 @@ impl ServiceConfig {
                 format!("{u:?} is not a service unit name (e.g. \"daos_server.service\")"),
             ));
         }
+        if let Some(c) = &raw.client {
+            if !c.run_dir.is_absolute() || c.run_dir.parent().is_none() {
+                return Err(invalid(
+                    "client.run_dir".into(),
+                    "expected an absolute path below / (e.g. \"/run/gpuq/daos\")".into(),
+                ));
+            }
+        }
         Ok(ServiceConfig {
             source: path.to_path_buf(),
             node,
             profiles,
             install: raw.install,
             activation_units: raw.activation.units,
+            client_run_dir: raw.client.map(|c| c.run_dir),
         })
     }
 }

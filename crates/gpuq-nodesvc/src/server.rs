@@ -352,6 +352,28 @@ async fn route<P: Podman + 'static>(
             .await?;
             Ok(json(StatusCode::OK, &r))
         }
+        (Method::POST, ["v1", "clients", lease, "files"]) => {
+            // A GPU host's client side (crate::client): one step at a time.
+            let lease = lease.to_string();
+            let body: gpuq_protocol::node::ClientFilesRequest = read_json(req).await?;
+            let r = run_step(shared, true, Some("client_files"), move |s| async move {
+                crate::client::files(s.service.config(), &lease, &body)
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::POST, ["v1", "clients", lease, step]) => {
+            let Some(step) = gpuq_protocol::node::ClientStep::parse(step) else {
+                return Err(ApiError::NoRoute(format!("no such endpoint: POST {path}")));
+            };
+            let lease = lease.to_string();
+            let body: gpuq_protocol::node::ClientStepRequest = read_json(req).await?;
+            let r = run_step(shared, true, Some("client_step"), move |s| async move {
+                crate::client::step(s.service.config(), &lease, step, &body.profile).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
         (Method::GET, ["v1", "leases", lease, "evidence"]) => {
             // gpuq e2e: read-only, but one at a time with the lease steps
             // (never half-way through a wipe's records).

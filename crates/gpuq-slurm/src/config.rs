@@ -28,6 +28,40 @@ struct RawSlurm {
     squeue: Option<PathBuf>,
     scontrol: Option<PathBuf>,
     lock_wait_secs: Option<u64>,
+    #[serde(default)]
+    gpu_hosts: Vec<RawGpuHost>,
+}
+
+/// `[[slurm.gpu_hosts]]`: another GPU host whose DAOS jobs get the
+/// lease's client side (files, agent) from its own gpuq-node.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGpuHost {
+    name: String,
+    host: String,
+    port: Option<u16>,
+    node_socket: Option<PathBuf>,
+    podman_socket: Option<PathBuf>,
+    run_dir: Option<PathBuf>,
+}
+
+/// A GPU host other than `agent_host` that serves DAOS jobs: its
+/// gpuq-node (with `[client]`) writes the lease's files and runs its agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuHost {
+    /// Its Slurm NodeName (and its link's name).
+    pub name: String,
+    /// The ssh destination (the `[daos]` ssh settings apply).
+    pub host: String,
+    pub port: Option<u16>,
+    /// Its gpuq-node socket there, if not `[daos] node_socket`.
+    pub node_socket: Option<PathBuf>,
+    /// Its Podman socket there (for its broker's `daos-exec`), if not
+    /// `[daos] podman_socket`.
+    pub podman_socket: PathBuf,
+    /// Its helper's `[client] run_dir`, if not `[daos] run_dir`: the
+    /// job's variables name files there.
+    pub run_dir: PathBuf,
 }
 
 /// The whole configuration.
@@ -49,7 +83,23 @@ pub struct Config {
     pub scontrol: PathBuf,
     /// How long a verb waits for another one's lock.
     pub lock_wait: Duration,
+    /// The other GPU hosts a DAOS job may ask for (`--nodelist`).
+    pub gpu_hosts: Vec<GpuHost>,
     pub daos: DaosConfig,
+}
+
+impl Config {
+    /// The configured GPU host `name` other than `agent_host`.
+    pub fn gpu_host(&self, name: &str) -> Option<&GpuHost> {
+        self.gpu_hosts.iter().find(|h| h.name == name)
+    }
+
+    /// Every host a DAOS job may run on: `agent_host`, then the others.
+    pub fn daos_hosts(&self) -> Vec<&str> {
+        std::iter::once(self.agent_host.as_str())
+            .chain(self.gpu_hosts.iter().map(|h| h.name.as_str()))
+            .collect()
+    }
 }
 
 /// Read and check `path` (root's, not writable by others: `read_trusted`).
@@ -99,6 +149,42 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, Error> {
         gpuq_lifecycle::config::absolute("slurm.scontrol", s.scontrol, "/usr/bin/scontrol")
             .map_err(|e| bad(e.key, &e.message))?;
     let lock_wait = Duration::from_secs(s.lock_wait_secs.unwrap_or(600).clamp(1, 86400));
+    let mut gpu_hosts: Vec<GpuHost> = Vec::new();
+    for g in s.gpu_hosts {
+        if !gpuq_protocol::node::valid_lease(&g.name)
+            || g.name == s.agent_host
+            || gpu_hosts.iter().any(|h| h.name == g.name)
+            || daos.nodes.iter().any(|n| n.name == g.name)
+        {
+            return Err(bad(
+                "slurm.gpu_hosts.name",
+                &format!("`{}`: a Slurm NodeName (letters, digits, - and _), once, not agent_host, not a storage node", g.name),
+            ));
+        }
+        if g.host.is_empty() || g.host.contains(char::is_whitespace) || g.host.starts_with('-') {
+            return Err(bad("slurm.gpu_hosts.host", "an ssh destination"));
+        }
+        let path = |key: &'static str, p: Option<PathBuf>, default: &Path| match p {
+            None => Ok(default.to_path_buf()),
+            Some(p) => gpuq_lifecycle::config::absolute(key, Some(p), "")
+                .map_err(|e| bad(e.key, &e.message)),
+        };
+        gpu_hosts.push(GpuHost {
+            run_dir: path("slurm.gpu_hosts.run_dir", g.run_dir, &daos.run_dir)?,
+            podman_socket: path(
+                "slurm.gpu_hosts.podman_socket",
+                g.podman_socket,
+                &daos.podman_socket,
+            )?,
+            node_socket: match g.node_socket {
+                None => None,
+                Some(p) => Some(path("slurm.gpu_hosts.node_socket", Some(p), &daos.run_dir)?),
+            },
+            name: g.name,
+            host: g.host,
+            port: g.port,
+        });
+    }
     Ok(Config {
         state_dir,
         pool,
@@ -107,6 +193,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Config, Error> {
         squeue,
         scontrol,
         lock_wait,
+        gpu_hosts,
         daos,
     })
 }
@@ -146,6 +233,41 @@ replicas = ["da1"]
         assert_eq!(c.squeue, Path::new("/usr/bin/squeue"));
         assert_eq!(c.scontrol, Path::new("/usr/bin/scontrol"));
         assert_eq!(c.lock_wait, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn other_gpu_hosts_take_the_daos_defaults_and_bad_ones_are_named() {
+        let c = cfg(
+            "[slurm]\nagent_host = \"cxl2\"\n[[slurm.gpu_hosts]]\nname = \"gpu2\"\nhost = \"10.0.0.2\"\n[[slurm.gpu_hosts]]\nname = \"gpu3\"\nhost = \"gpu3\"\nrun_dir = \"/run/x\"\npodman_socket = \"/run/p.sock\"",
+            DAOS,
+        )
+        .unwrap();
+        assert_eq!(c.daos_hosts(), vec!["cxl2", "gpu2", "gpu3"]);
+        let g = c.gpu_host("gpu2").unwrap();
+        assert_eq!(
+            (g.run_dir.as_path(), g.podman_socket.as_path(), g.port),
+            (Path::new("/run/gpuq/daos"), Path::new("/run/podman/podman.sock"), None)
+        );
+        let g = c.gpu_host("gpu3").unwrap();
+        assert_eq!(g.run_dir, Path::new("/run/x"));
+        assert_eq!(g.podman_socket, Path::new("/run/p.sock"));
+        assert!(c.gpu_host("cxl2").is_none());
+        for (table, key) in [
+            ("name = \"cxl2\"\nhost = \"h\"", "slurm.gpu_hosts.name"),
+            ("name = \"da1\"\nhost = \"h\"", "slurm.gpu_hosts.name"),
+            ("name = \"a b\"\nhost = \"h\"", "slurm.gpu_hosts.name"),
+            ("name = \"g\"\nhost = \"-oProxyCommand=x\"", "slurm.gpu_hosts.host"),
+            ("name = \"g\"\nhost = \"h\"\nrun_dir = \"rel\"", "slurm.gpu_hosts.run_dir"),
+        ] {
+            let e = cfg(
+                &format!("[slurm]\nagent_host = \"cxl2\"\n[[slurm.gpu_hosts]]\n{table}"),
+                DAOS,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(key), "{table}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

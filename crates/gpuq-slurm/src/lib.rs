@@ -28,6 +28,7 @@
 //! given-up preparation at once, and a teardown or the next setup cleans
 //! whatever else is left (docs/slurm.md).
 
+mod clientlink;
 pub mod config;
 pub mod directive;
 pub mod exec;
@@ -35,6 +36,7 @@ mod slurmcmd;
 pub mod state;
 
 pub use config::{load, parse, Config, DEFAULT_CONFIG};
+use clientlink::ClientLink;
 use slurmcmd::{ended, pin, squeue};
 use state::libc_flags;
 pub use state::{lease_name, JobRecord, State};
@@ -81,8 +83,11 @@ pub(crate) fn failed(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error
 pub struct SlurmSteps {
     /// `scontrol`, which asks a job's slurmstepd for its processes.
     pub scontrol: std::path::PathBuf,
-    /// This host's Slurm NodeName (`agent_host`: DAOS jobs run here only).
+    /// This host's Slurm NodeName (`agent_host`).
     pub node: String,
+    /// The job's host when it is another GPU host: its processes are not
+    /// this host's to list or kill.
+    pub remote: Option<String>,
 }
 
 impl SlurmSteps {
@@ -90,6 +95,15 @@ impl SlurmSteps {
         SlurmSteps {
             scontrol: cfg.scontrol.clone(),
             node: cfg.agent_host.clone(),
+            remote: None,
+        }
+    }
+
+    /// The steps of the job of record `r`.
+    pub fn for_job(cfg: &Config, r: &JobRecord) -> SlurmSteps {
+        SlurmSteps {
+            remote: r.host.clone().filter(|h| *h != cfg.agent_host),
+            ..SlurmSteps::new(cfg)
         }
     }
 }
@@ -111,6 +125,15 @@ impl LocalSteps for SlurmSteps {
         let Some(job) = state::job_of_lease(&lease.lease) else {
             return Err(format!("lease {}: not a Slurm job's lease name", lease.lease).into());
         };
+        if let Some(h) = &self.remote {
+            // slurmstepd's socket and the processes are on that host: Slurm
+            // ends them there (a job whose slurmd died keeps them until
+            // that host's slurmd returns; docs/slurm.md). The lease's agent
+            // and files there go in the next steps, through its helper.
+            return Ok(format!(
+                "job {job} ran on {h}: its processes are Slurm's to end there"
+            ));
+        }
         let fail = |e: Error| LocalError::from(e.to_string());
         let node = &self.node;
         let t0 = std::time::Instant::now();
@@ -286,10 +309,12 @@ pub async fn setup(
             }
         }
     }
-    // The lease's agent runs on this host only: a job that asks for other
-    // nodes is refused; one that asks for none is pinned here, before
-    // Slurm allocates it (setup runs while the job is pending).
-    let pinned = pin(&st.cfg, job).await?;
+    // The lease's client side (files, agent) is on the job's host, known
+    // before the data-in makes it: a job that asks for one host that
+    // serves DAOS jobs stays there, one that asks for none is pinned to
+    // this host, one that asks for any other node list is refused — all
+    // before Slurm allocates it (setup runs while the job is pending).
+    let (pinned, host) = pin(&st.cfg, job).await?;
     let now = gpuq_protocol::time::now();
     let r = JobRecord {
         job,
@@ -298,6 +323,7 @@ pub async fn setup(
         profile,
         lease: lease_name(job, now),
         setup_at: now,
+        host: (host != st.cfg.agent_host).then_some(host),
     };
     let bytes = serde_json::to_vec_pretty(&r).map_err(|e| Error::Failed(e.to_string()))?;
     gpuq_durable::write_atomic(&st.record_path(job), &bytes, 0o600)
@@ -334,11 +360,13 @@ pub async fn data_in(
 ) -> Result<String, Error> {
     let r = need_record(st, job)?;
     let daos = st.daos()?;
-    let steps = SlurmSteps::new(&st.cfg);
+    let steps = SlurmSteps::for_job(&st.cfg, &r);
+    let client = ClientLink::start(&st.cfg, r.host.as_deref());
     let out = async {
-        let mut host = daos
-            .host(&r.profile)
-            .map_err(|e| Error::Failed(e.to_string()))?;
+        let mut host = client
+            .host(&daos, &r.profile)
+            .await
+            .map_err(Error::Failed)?;
         host.set_stop(abandoned.clone());
         let owner = format!("slurm job {job} (uid {})", r.uid);
         let prepared = daos
@@ -356,7 +384,8 @@ pub async fn data_in(
             Err(_) if gone => "Slurm gave this data-in up (scancel or StageInTimeout)".to_string(),
             Err(e) => e.to_string(),
         };
-        match daos.cleanup_for(&r.lease, &steps).await {
+        let here = client.host(&daos, &r.profile).await.ok();
+        match daos.cleanup_on(&r.lease, here, &steps).await {
             Ok(_) if gone => {
                 st.remove_record(job)?;
                 Err(Error::Failed(format!(
@@ -373,6 +402,7 @@ pub async fn data_in(
         }
     }
     .await;
+    client.close().await;
     daos.close().await;
     out
 }
@@ -397,7 +427,11 @@ pub fn paths(st: &State, job: u64, path_file: &Path) -> Result<String, Error> {
         st.cfg.daos.profiles.get(&r.profile).ok_or_else(|| {
             Error::Failed(format!("profile {} is no longer configured", r.profile))
         })?;
-    let env = gpuq_lifecycle::host::job_env(&st.cfg.daos.run_dir, &p.system, &p.env, &r.lease);
+    let run_dir = match r.host.as_deref().and_then(|h| st.cfg.gpu_host(h)) {
+        Some(g) => &g.run_dir,
+        None => &st.cfg.daos.run_dir,
+    };
+    let env = gpuq_lifecycle::host::job_env(run_dir, &p.system, &p.env, &r.lease);
     let mut text = String::new();
     for (k, v) in &env {
         if v.contains(['\n', '\0']) {
@@ -427,10 +461,11 @@ pub async fn pre_run(st: &State, job: u64) -> Result<String, Error> {
     let nodes = squeue(&st.cfg, job, "%N")
         .await?
         .ok_or_else(|| Error::Failed(format!("Slurm does not know job {job}")))?;
-    if nodes != st.cfg.agent_host {
+    let host = r.host.as_deref().unwrap_or(&st.cfg.agent_host);
+    if nodes != host {
         return Err(Error::Refused(format!(
-            "job {job} was given {nodes:?}, but lease {}'s DAOS agent runs on {} only: submit DAOS jobs with --nodelist={} (docs/slurm.md)",
-            r.lease, st.cfg.agent_host, st.cfg.agent_host
+            "job {job} was given {nodes:?}, but lease {}'s DAOS agent runs on {host} only: submit DAOS jobs with --nodelist={host} (docs/slurm.md)",
+            r.lease
         )));
     }
     Ok(format!(
@@ -469,8 +504,15 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
         Some(_) => {}
     }
     let daos = st.daos()?;
-    let steps = SlurmSteps::new(&st.cfg);
+    let steps = SlurmSteps::for_job(&st.cfg, &r);
+    let client = ClientLink::start(&st.cfg, r.host.as_deref());
     let out = async {
+        let here = Some(
+            client
+                .host(&daos, &r.profile)
+                .await
+                .map_err(Error::Failed)?,
+        );
         let active = daos.active().filter(|l| l.lease == r.lease);
         let Some(l) = active else {
             return Err(Error::Failed(format!(
@@ -491,8 +533,10 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
                     node.as_deref().map(|n| format!("{n}: ")).unwrap_or_default()
                 )))
             }
-            Phase::Held { step: None, .. } => daos.recover(&steps).await.map(Some),
-            _ => daos.cleanup_for(&r.lease, &steps).await,
+            Phase::Held { step: None, .. } => {
+                daos.recover_on(&|_| here.clone(), &steps).await.map(Some)
+            }
+            _ => daos.cleanup_on(&r.lease, here, &steps).await,
         };
         match res {
             Ok(m) => {
@@ -509,6 +553,7 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
         }
     }
     .await;
+    client.close().await;
     daos.close().await;
     out
 }
@@ -518,12 +563,29 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
 /// gone.
 pub async fn recover(st: &State) -> Result<String, Error> {
     let daos = st.daos()?;
-    let steps = SlurmSteps::new(&st.cfg);
+    // The held lease's job record says where its client side is.
+    let record = daos
+        .active()
+        .and_then(|l| st.records().ok()?.into_iter().find(|r| r.lease == l.lease));
+    let steps = match &record {
+        Some(r) => SlurmSteps::for_job(&st.cfg, r),
+        None => SlurmSteps::new(&st.cfg),
+    };
+    let client = ClientLink::start(&st.cfg, record.as_ref().and_then(|r| r.host.as_deref()));
     let out = async {
         let mut lines = Vec::new();
         if daos.active().is_some() {
+            let here = match &record {
+                Some(r) => Some(
+                    client
+                        .host(&daos, &r.profile)
+                        .await
+                        .map_err(|e| Error::Held(format!("recover did not start: {e}")))?,
+                ),
+                None => None,
+            };
             let m = daos
-                .recover(&steps)
+                .recover_on(&|_| here.clone(), &steps)
                 .await
                 .map_err(|e| Error::Held(format!("recover did not finish: {e}")))?;
             lines.push(m);
@@ -546,6 +608,7 @@ pub async fn recover(st: &State) -> Result<String, Error> {
         Ok(lines.join("; "))
     }
     .await;
+    client.close().await;
     daos.close().await;
     out
 }

@@ -54,20 +54,24 @@ pub(crate) async fn squeue(cfg: &Config, job: u64, format: &str) -> Result<Optio
         .map(|f| f.trim().to_string()))
 }
 
-/// Make `job` run on `agent_host`: refused if it asks for other nodes.
-pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<String, Error> {
+/// Make `job` run on one host that serves DAOS jobs: the one it asked
+/// for (`agent_host` or a `[[slurm.gpu_hosts]]` entry), else `agent_host`.
+/// Refused if it asks for any other node list. `(what was done, host)`.
+pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<(String, String), Error> {
     let asked = squeue(cfg, job, "%n")
         .await?
         .ok_or_else(|| Error::Failed(format!("Slurm does not know job {job}")))?;
-    let host = &cfg.agent_host;
-    if asked == *host {
-        return Ok(format!("it asked for {host}"));
+    let hosts = cfg.daos_hosts();
+    if let Some(h) = hosts.iter().find(|h| **h == asked) {
+        return Ok((format!("it asked for {h}"), h.to_string()));
     }
     if !asked.is_empty() && asked != "(null)" {
         return Err(Error::Refused(format!(
-            "job {job} asks for nodes {asked:?}, but the DAOS site's agent runs on {host} only: submit DAOS jobs with --nodelist={host} or without a node list (docs/slurm.md)"
+            "job {job} asks for nodes {asked:?}, but a DAOS job runs on one of {} only: submit it with --nodelist=ONE_OF_THEM or without a node list (docs/slurm.md)",
+            hosts.join(", ")
         )));
     }
+    let host = &cfg.agent_host;
     let (id, nodes) = (format!("JobId={job}"), format!("ReqNodeList={host}"));
     let out = slurm_cmd(&cfg.scontrol, &["update", &id, &nodes]).await?;
     if !out.status.success() {
@@ -78,7 +82,7 @@ pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<String, Error> {
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok(format!("pinned to {host}, where its agent runs"))
+    Ok((format!("pinned to {host}, where its agent runs"), host.clone()))
 }
 
 /// The PIDs of `job`'s processes on this host, `node` (its Slurm

@@ -19,6 +19,11 @@ pub struct JobRecord {
     pub profile: String,
     pub lease: String,
     pub setup_at: i64,
+    /// The GPU host the job was pinned to at setup, where its lease's
+    /// client side (files, agent) is; absent: `agent_host` (a record of
+    /// an older gpuq-slurm too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// The lease name of a Slurm job: `slurm<ID>-<unix time>` (unique even
