@@ -274,7 +274,7 @@ step_names_and_keys() {
   {
     echo "# ssh -F $SSH_CONFIG <host>: resolves the five names from $HOSTS_FILE's"
     echo "# addresses and checks host keys strictly against $KNOWN_HOSTS only."
-    for h in "${HOSTS[@]}"; do
+    for h in "${HOSTS[@]}" "${EXTRA_HOSTS[@]}"; do
       printf 'Host %s\n  HostName %s\n' "$h" "${ADDR[$h]}"
     done
     cat <<EOF
@@ -507,6 +507,12 @@ step_node_helper() { # NODE
       echo "fabric_iface = \"eth0\""
       echo "# The simulator's fault switches: write $hd/faults/daos-sim-faults (docs/daos-sim.md)."
       echo "sim_faults_dir = \"$hd/faults\""
+    fi
+    if [[ -n ${GPUQ_NODE_CLIENT_RUN_DIR:-} ]]; then
+      # A GPU host's helper: it serves a lease's client side too.
+      echo
+      echo "[client]"
+      echo "run_dir = \"$GPUQ_NODE_CLIENT_RUN_DIR\""
     fi
   } >"$conf"
   chmod 644 "$conf"

@@ -61,6 +61,17 @@ impl SlurmSite {
 
     /// With `extra` lines in slurm.conf.
     fn up_with(name: &str, extra: &str) -> SlurmSite {
+        Self::up_full(name, extra, false)
+    }
+
+    /// With gpu2 as a second GPU host that serves DAOS jobs: sshd, its
+    /// own Podman with the simulator image, a gpuq-node with `[client]`,
+    /// and gpuq-slurm's `[[slurm.gpu_hosts]]` naming it.
+    fn up_gpu2(name: &str) -> SlurmSite {
+        Self::up_full(name, "", true)
+    }
+
+    fn up_full(name: &str, extra: &str, gpu2: bool) -> SlurmSite {
         let (archive, image) = sim_image();
         let c = Cluster::up_with(
             name,
@@ -73,8 +84,18 @@ impl SlurmSite {
         let root = dir.path().to_path_buf();
         std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
         let conf = root.join("gpuq-slurm.toml");
+        let gpu_hosts = if gpu2 {
+            format!(
+                "[[slurm.gpu_hosts]]\nname = \"gpu2\"\nhost = \"10.200.0.20\"\nnode_socket = \"{}\"\npodman_socket = \"{}\"\nrun_dir = \"{}\"\n",
+                c.node_sock("gpu2").display(),
+                c.podman_sock("gpu2").display(),
+                c.dir().join("gpu2/client").display()
+            )
+        } else {
+            String::new()
+        };
         let text = format!(
-            "[slurm]\nstate_dir = \"{}\"\nagent_host = \"cxl2\"\n\n{}",
+            "[slurm]\nstate_dir = \"{}\"\nagent_host = \"cxl2\"\n{gpu_hosts}\n{}",
             root.join("state").display(),
             daos_tables(&c, &root, &image)
         );
@@ -85,6 +106,9 @@ impl SlurmSite {
                 .arg("up")
                 .env("GPUQ_SLURM_CONFIG", &conf)
                 .env("GPUQ_SLURM_CONF_EXTRA", extra)
+                .env("GPUQ_SLURM_GPU2_CLIENT", if gpu2 { "1" } else { "" })
+                .env("GPUQ_CLUSTER_IMAGE", &archive)
+                .env("GPUQ_CLUSTER_PROFILE_IMAGE", &image)
                 .output()
                 .unwrap();
         assert!(out.status.success(), "slurm up: {}", stderr(&out));
@@ -295,7 +319,11 @@ impl SlurmSite {
     /// Nothing of any lease anywhere: no container on any host, no node
     /// holding a lease, no record, no hold, every lease released.
     fn assert_clean(&self) {
-        for host in ["cxl2", "da1", "da2", "da3", "da4"] {
+        let gpu2 = self.c.dir().join("gpu2/podman/root").exists();
+        for host in ["cxl2", "da1", "da2", "da3", "da4", "gpu2"] {
+            if host == "gpu2" && !gpu2 {
+                continue; // gpu2 has no Podman in this site
+            }
             assert!(
                 eventually(20, || self.c.containers(host).is_empty()),
                 "{host}: {:?}",
@@ -1004,4 +1032,77 @@ fn scancel_during_the_teardown_changes_nothing_and_the_teardown_finishes() {
         stdout(&by_root),
         stderr(&by_root)
     );
+}
+
+#[test]
+fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_and_the_teardown_removes_them() {
+    require_slurm!();
+    let s = SlurmSite::up_gpu2("slgpu2");
+    let dir = s.user_dir(ALICE, "a");
+    let o = dir.display();
+    // The seed README's example with the simulator's tools on the host:
+    // dmg with the lease's control config (the owner's certificate), daos
+    // through the agent's socket in DAOS_AGENT_DRPC_DIR.
+    let body = format!(
+        "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{DAOS}\n\
+         hostname > {o}/host\nid -u > {o}/uid\nenv | grep ^DAOS_ | sort > {o}/env\n\
+         {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > {o}/query.json\n\
+         {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" pool create --size=32G --nsvc=1 --nranks=4 my-pool > {o}/pool.out 2>&1; echo pool=$? >> {o}/codes\n\
+         {dmg} daos -G \"$DAOS_SYSTEM\" container create --type=POSIX my-pool my-data > {o}/cont.out 2>&1; echo cont=$? >> {o}/codes\n\
+         touch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n",
+        dmg = dmg_on_host(),
+    );
+    let j = s
+        .sbatch(ALICE, &dir, &["--nodelist=gpu2"], &body)
+        .unwrap();
+    assert!(
+        eventually(150, || dir.join("ready").exists()),
+        "{:?}\n{}",
+        s.job_state(j),
+        s.logs()
+    );
+    assert_eq!(read(&dir, "host").trim(), "gpu2");
+    assert_eq!(read(&dir, "uid").trim(), ALICE.to_string());
+    assert_eq!(joined(&dir), 4, "{}", read(&dir, "query.json"));
+    let codes = read(&dir, "codes");
+    assert!(
+        codes.contains("pool=0") && codes.contains("cont=0"),
+        "{codes}\n{}\n{}",
+        read(&dir, "pool.out"),
+        read(&dir, "cont.out")
+    );
+    // The lease's files are gpu2's: the variables name them there.
+    let client = s.c.dir().join("gpu2/client");
+    let env = read(&dir, "env");
+    let agent_dir = env
+        .lines()
+        .find_map(|l| l.strip_prefix("DAOS_AGENT_DRPC_DIR="))
+        .unwrap_or_default()
+        .to_string();
+    let lease_dir = Path::new(&agent_dir).parent().unwrap().to_path_buf();
+    assert_eq!(lease_dir.parent(), Some(client.as_path()), "{env}");
+    use std::os::unix::fs::MetadataExt;
+    let user = std::fs::metadata(lease_dir.join("user")).unwrap();
+    assert_eq!((user.uid(), user.mode() & 0o777), (ALICE, 0o500));
+    // Its agent runs on gpu2's Podman; cxl2 has none.
+    let on_gpu2 = s.c.containers("gpu2");
+    assert_eq!(on_gpu2.len(), 1, "{on_gpu2:?}");
+    assert!(on_gpu2[0].0.ends_with("-agent"), "{on_gpu2:?}");
+    assert!(s.c.containers("cxl2").is_empty(), "{:?}", s.c.containers("cxl2"));
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(j, 60), "COMPLETED", "{}", s.logs());
+    // The teardown removed the agent and the files on gpu2.
+    assert!(
+        eventually(120, || s.status()["free"] == true),
+        "{}\n{}",
+        s.status(),
+        s.logs()
+    );
+    assert!(!lease_dir.exists(), "{} is left", lease_dir.display());
+    assert!(
+        s.log_has(&format!("job {j} ran on gpu2: its processes are Slurm's to end there")),
+        "{}",
+        s.logs()
+    );
+    s.assert_clean();
 }

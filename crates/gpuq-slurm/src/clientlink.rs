@@ -37,7 +37,7 @@ impl ClientLink {
                         &g.host,
                         g.port,
                         g.node_socket.clone(),
-                        None,
+                        Some(g.podman_socket.clone()),
                     )],
                     link_timings(&cfg.daos),
                 )
@@ -59,7 +59,12 @@ impl ClientLink {
             Err(e) => Err(e.clone()),
             Ok(None) => daos.host(profile).map_err(|e| e.to_string()),
             Ok(Some((links, run_dir))) => {
-                let _ = links.ensure_all_up(self.timeout).await;
+                let up = links.ensure_all_up(self.timeout).await;
+                for n in &up.nodes {
+                    if let Err(e) = &n.result {
+                        crate::say(&format!("gpuq-slurm: the link to {} is not up: {e}", n.node));
+                    }
+                }
                 let l = links
                     .links()
                     .first()
