@@ -319,6 +319,13 @@ impl SlurmSite {
     /// Nothing of any lease anywhere: no container on any host, no node
     /// holding a lease, no record, no hold, every lease released.
     fn assert_clean(&self) {
+        // The last teardown may still be wiping when a job is seen ended.
+        assert!(
+            eventually(120, || self.status()["free"] == true),
+            "{}\n{}",
+            self.status(),
+            self.logs()
+        );
         let gpu2 = self.c.dir().join("gpu2/podman/root").exists();
         for host in ["cxl2", "da1", "da2", "da3", "da4", "gpu2"] {
             if host == "gpu2" && !gpu2 {
@@ -1035,41 +1042,81 @@ fn scancel_during_the_teardown_changes_nothing_and_the_teardown_finishes() {
 }
 
 #[test]
-fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_and_the_teardown_removes_them() {
+fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_example_through_daos_exec_there_and_the_teardown_removes_them(
+) {
     require_slurm!();
     let s = SlurmSite::up_gpu2("slgpu2");
+    // gpu2's own broker (in its namespace): `[slurm] node = "gpu2"` makes
+    // its daos-exec serve the Slurm DAOS jobs placed on gpu2.
+    let mut b = TestBroker::prepare("");
+    b.tables = format!(
+        "[slurm]\nconfig = \"{}\"\nnode = \"gpu2\"\n",
+        s.conf.display()
+    );
+    b.netns = Some(s.c.id.namespace("gpu2"));
+    b.env = vec![(
+        "SLURM_CONF".into(),
+        s.c.dir().join("slurm/etc/slurm.conf").display().to_string(),
+    )];
+    let mut b = TestBroker::launch(b);
+    let (g, sock) = (
+        bin("gpuq").display().to_string(),
+        b.socket.display().to_string(),
+    );
     let dir = s.user_dir(ALICE, "a");
     let o = dir.display();
-    // The seed README's example with the simulator's tools on the host:
-    // dmg with the lease's control config (the owner's certificate), daos
-    // through the agent's socket in DAOS_AGENT_DRPC_DIR.
+    // On the host, with the simulator's tools: dmg with the lease's control
+    // config (the owner's certificate), daos through the agent's socket in
+    // DAOS_AGENT_DRPC_DIR. Then the seed README's example through gpu2's
+    // daos-exec, in a client container on gpu2's Podman.
     let body = format!(
         "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{DAOS}\n\
          hostname > {o}/host\nid -u > {o}/uid\nenv | grep ^DAOS_ | sort > {o}/env\n\
          {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > {o}/query.json\n\
          {dmg} dmg -o \"$DAOS_CONTROL_CONFIG\" pool create --size=32G --nsvc=1 --nranks=4 my-pool > {o}/pool.out 2>&1; echo pool=$? >> {o}/codes\n\
          {dmg} daos -G \"$DAOS_SYSTEM\" container create --type=POSIX my-pool my-data > {o}/cont.out 2>&1; echo cont=$? >> {o}/codes\n\
+         export GPUQ_SOCKET={sock}\n\
+         {g} daos-exec -- bash -euc 'dmg -o \"$DAOS_CONTROL_CONFIG\" system query; dmg -o \"$DAOS_CONTROL_CONFIG\" pool create --size=32G --nsvc=1 --nranks=4 seed-pool; daos -G \"$DAOS_SYSTEM\" container create --type=POSIX seed-pool seed-data' > {o}/seed.out 2>&1; echo seed=$? >> {o}/codes\n\
+         {g} daos-exec -- sh -c 'id -u; pwd; echo $SLURM_JOB_ID' > {o}/ids 2>&1\n\
          touch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n",
         dmg = dmg_on_host(),
     );
     let j = s
-        .sbatch(ALICE, &dir, &["--nodelist=gpu2"], &body)
+        .sbatch(
+            ALICE,
+            &dir,
+            &["--nodelist=gpu2", "-D", &dir.display().to_string()],
+            &body,
+        )
         .unwrap();
     assert!(
         eventually(150, || dir.join("ready").exists()),
-        "{:?}\n{}",
+        "{:?}\n{}\n{}",
         s.job_state(j),
-        s.logs()
+        s.logs(),
+        b.broker_log()
     );
     assert_eq!(read(&dir, "host").trim(), "gpu2");
     assert_eq!(read(&dir, "uid").trim(), ALICE.to_string());
     assert_eq!(joined(&dir), 4, "{}", read(&dir, "query.json"));
     let codes = read(&dir, "codes");
-    assert!(
-        codes.contains("pool=0") && codes.contains("cont=0"),
-        "{codes}\n{}\n{}",
-        read(&dir, "pool.out"),
-        read(&dir, "cont.out")
+    for want in ["pool=0", "cont=0", "seed=0"] {
+        assert!(
+            codes.contains(want),
+            "{want}: {codes}\n{}\n{}\n{}\n{}",
+            read(&dir, "pool.out"),
+            read(&dir, "cont.out"),
+            read(&dir, "seed.out"),
+            b.broker_log()
+        );
+    }
+    let seed = read(&dir, "seed.out");
+    assert!(seed.contains("seed-data") || seed.contains("Successfully created container"), "{seed}");
+    assert_eq!(
+        read(&dir, "ids").lines().collect::<Vec<_>>(),
+        vec![ALICE.to_string(), dir.display().to_string(), j.to_string()],
+        "{}",
+        read(&dir, "ids")
     );
     // The lease's files are gpu2's: the variables name them there.
     let client = s.c.dir().join("gpu2/client");
@@ -1084,11 +1131,35 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_and_the_teardown_
     use std::os::unix::fs::MetadataExt;
     let user = std::fs::metadata(lease_dir.join("user")).unwrap();
     assert_eq!((user.uid(), user.mode() & 0o777), (ALICE, 0o500));
-    // Its agent runs on gpu2's Podman; cxl2 has none.
+    // Its agent runs on gpu2's Podman (each daos-exec call's container is
+    // gone); cxl2 has none.
+    assert!(
+        eventually(30, || s.c.containers("gpu2").len() == 1),
+        "{:?}",
+        s.c.containers("gpu2")
+    );
     let on_gpu2 = s.c.containers("gpu2");
-    assert_eq!(on_gpu2.len(), 1, "{on_gpu2:?}");
     assert!(on_gpu2[0].0.ends_with("-agent"), "{on_gpu2:?}");
     assert!(s.c.containers("cxl2").is_empty(), "{:?}", s.c.containers("cxl2"));
+    // Callers outside the job (alice herself, bob) get one line from
+    // gpu2's broker, and nothing is started.
+    for uid in [ALICE, BOB] {
+        let args = [
+            "env".to_string(),
+            format!("GPUQ_SOCKET={sock}"),
+            g.clone(),
+            "daos-exec".into(),
+            "--".into(),
+            "true".into(),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = s.slurm_as(uid, &args);
+        assert!(!out.status.success(), "uid {uid}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(err.contains("in no Slurm DAOS job on gpu2"), "uid {uid}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    assert_eq!(s.c.containers("gpu2"), on_gpu2, "nothing was started");
     std::fs::write(dir.join("go"), "").unwrap();
     assert_eq!(s.wait_end(j, 60), "COMPLETED", "{}", s.logs());
     // The teardown removed the agent and the files on gpu2.
@@ -1105,4 +1176,5 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_and_the_teardown_
         s.logs()
     );
     s.assert_clean();
+    let _ = b.terminate();
 }

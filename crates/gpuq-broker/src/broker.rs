@@ -251,6 +251,13 @@ impl Broker {
         self.slurm.as_ref()
     }
 
+    /// This host's Slurm NodeName (`[slurm] node`, else gpuq-slurm's
+    /// `agent_host`), when `[slurm] config` is set.
+    pub fn slurm_node(&self) -> Option<&str> {
+        let s = self.slurm.as_ref()?;
+        Some(self.cfg.slurm_node.as_deref().unwrap_or(&s.agent_host))
+    }
+
     pub fn config(&self) -> &BrokerConfig {
         &self.cfg
     }

@@ -82,6 +82,9 @@ struct RawFile {
 #[serde(deny_unknown_fields)]
 struct RawSlurm {
     config: Option<PathBuf>,
+    /// This host's Slurm NodeName: `agent_host` (the default) or one of
+    /// gpuq-slurm's `[[slurm.gpu_hosts]]`.
+    node: Option<String>,
 }
 
 /// `[metrics]`: the OpenMetrics endpoint (src/metrics.rs). Off unless
@@ -173,6 +176,9 @@ pub struct BrokerConfig {
     /// `[slurm] config`: gpuq-slurm's configuration; `None`: `daos-exec`
     /// serves gpuq's own jobs only.
     pub slurm_config: Option<PathBuf>,
+    /// `[slurm] node`: this host's Slurm NodeName; `None`: gpuq-slurm's
+    /// `agent_host`.
+    pub slurm_node: Option<String>,
 }
 
 impl BrokerConfig {
@@ -296,6 +302,7 @@ impl BrokerConfig {
             daos: None,
             install: raw.install,
             daos_disabled: false,
+            slurm_node: raw.slurm.as_ref().and_then(|s| s.node.clone()),
             slurm_config: match raw.slurm.and_then(|s| s.config) {
                 None => None,
                 Some(p) => Some(abs("slurm.config", Some(p), "")?),

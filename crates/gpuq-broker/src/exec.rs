@@ -18,7 +18,7 @@ use crate::daos::job_of_lease;
 use crate::error::ApiError;
 use crate::exec_dirs::{open_as_owner, open_dir_nofollow, plain_abs_path, shown, Staged};
 use crate::store::Job;
-use gpuq_lease::{Lease, Phase};
+use gpuq_lease::Phase;
 use gpuq_lifecycle::config::DaosProfile;
 use gpuq_lifecycle::host::Host;
 use gpuq_podman::{ExecAttach, ExecSpec, ImageId, LibpodClient, LogStream, Podman};
@@ -49,7 +49,9 @@ struct Target {
     /// The directory mounted as the job's own: its submit directory
     /// (gpuq) or `WorkDir` (Slurm). Text its owner chose.
     cwd: String,
-    lease: Lease,
+    /// The lease's name and its profile's.
+    lease: String,
+    profile_name: String,
     profile: DaosProfile,
     host: Host,
     /// The job's ID in the command's environment.
@@ -139,6 +141,7 @@ impl Broker {
         }
         let t = self.exec_target(peer).await?;
         let (lease, profile, host) = (&t.lease, &t.profile, &t.host);
+        let profile_name = &t.profile_name;
         // The job's submit directory: text the user gave at submit time.
         let submit = plain_abs_path(&t.cwd).map_err(|why| {
             refuse(format!(
@@ -160,7 +163,7 @@ impl Broker {
             extra.push(check_mount(m, &allowed).map_err(|e| {
                 ApiError::Conflict(format!(
                     "client mount policy of profile {}: {e}",
-                    lease.profile
+                    profile_name
                 ))
             })?);
         }
@@ -240,7 +243,7 @@ impl Broker {
             .map_err(|e| {
                 ApiError::Conflict(format!(
                     "client mount policy of profile {}: {e}",
-                    lease.profile
+                    profile_name
                 ))
             })?;
             extra_fds.push(fd);
@@ -255,7 +258,7 @@ impl Broker {
         // lease is re-adopted or cleaned), and a new one must not collide.
         let name = format!(
             "gpuq-{}-client-{}-{}",
-            lease.lease,
+            lease,
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         );
@@ -267,7 +270,7 @@ impl Broker {
         let Some(here) = host.local() else {
             return Err(ApiError::Conflict(format!(
                 "lease {}: its DAOS client side is on another GPU host",
-                lease.lease
+                lease
             )));
         };
         let staging = || -> std::io::Result<(Staged, PathBuf, Vec<PathBuf>)> {
@@ -285,7 +288,7 @@ impl Broker {
         let user = format!("{}:{}", t.uid, t.gid);
         let extra: Vec<(PathBuf, PathBuf)> = extra_src.into_iter().zip(extra).collect();
         let spec = here.client_spec(
-            &lease.lease,
+            &lease,
             &name,
             image,
             (t.uid, t.gid, &t.groups),
@@ -293,7 +296,7 @@ impl Broker {
             &extra,
         );
         let mut env: std::collections::BTreeMap<String, String> =
-            host.job_env(&lease.lease).into_iter().collect();
+            host.job_env(&lease).into_iter().collect();
         env.insert("HOME".into(), "/tmp".into());
         env.insert(t.id_var.0.into(), t.id_var.1.clone());
         env.extend(req.env.iter().cloned());
@@ -349,7 +352,8 @@ impl Broker {
             peer.pid.and_then(|p| u32::try_from(p).ok()),
         ) {
             use gpuq_slurm::exec::Refusal;
-            match gpuq_slurm::exec::job_of_process(cfg, pid, peer.uid).await {
+            let node = self.slurm_node().unwrap_or(&cfg.agent_host);
+            match gpuq_slurm::exec::job_of_process(cfg, node, pid, peer.uid).await {
                 Ok(j) => {
                     return Ok(Target {
                         what: format!("Slurm job {}", j.job),
@@ -360,6 +364,7 @@ impl Broker {
                         groups: peer.groups.clone(),
                         cwd: j.work_dir,
                         lease: j.lease,
+                        profile_name: j.profile_name,
                         profile: j.profile,
                         host: j.host,
                         id_var: ("SLURM_JOB_ID", j.job.to_string()),
@@ -407,7 +412,8 @@ impl Broker {
             gid: job.gid,
             groups: job.groups,
             cwd: job.cwd,
-            lease,
+            profile_name: lease.profile.clone(),
+            lease: lease.lease,
             profile,
             host,
             id_var: ("GPUQ_JOB_ID", job.id.to_string()),

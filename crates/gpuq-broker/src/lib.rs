@@ -48,10 +48,22 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     };
     // Before anything is made: gpuq-slurm's configuration, when named.
     let slurm = match &cfg.slurm_config {
-        Some(p) => Some(
-            gpuq_slurm::load(p)
-                .map_err(|e| anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display()))?,
-        ),
+        Some(p) => {
+            let s = gpuq_slurm::load(p).map_err(|e| {
+                anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display())
+            })?;
+            if let Some(n) = cfg.slurm_node.as_deref() {
+                if !s.daos_hosts().contains(&n) {
+                    anyhow::bail!(
+                        "slurm.node in {}: `{n}` is neither agent_host nor one of [[slurm.gpu_hosts]] in {} ({})",
+                        cfg.source.display(),
+                        p.display(),
+                        s.daos_hosts().join(", ")
+                    );
+                }
+            }
+            Some(s)
+        }
         None => None,
     };
     // Before anything is made: the systemd runner hands this path to every

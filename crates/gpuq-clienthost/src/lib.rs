@@ -108,6 +108,21 @@ pub fn client_tls(c: &gpuq_leasecert::LeaseCerts) -> ClientTls {
     }
 }
 
+/// `<run_dir>/<lease>/client.json` (root 0600) on a GPU host whose
+/// helper made the client side: whose lease it is, so that this host's
+/// broker can serve `gpuq daos-exec` to the job's owner without the
+/// driver's records (they are on the Slurm controller).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientRecord {
+    pub lease: String,
+    pub profile: String,
+    pub owner_uid: u32,
+}
+
+/// The record's name in the lease's directory.
+pub const RECORD: &str = "client.json";
+
 /// A lease's client side on this host, for one profile.
 #[derive(Debug, Clone)]
 pub struct ClientHost {
@@ -359,6 +374,57 @@ impl ClientHost {
         spec.cap_drop = vec!["ALL".into()];
         spec.no_new_privileges = true;
         spec
+    }
+
+    /// Write `record` (see [`ClientRecord`]) into its lease's directory.
+    pub fn write_record(&self, record: &ClientRecord) -> Result<(), ClientError> {
+        let path = self.lease_dir(&record.lease).join(RECORD);
+        let bytes = serde_json::to_vec_pretty(record).unwrap_or_default();
+        gpuq_durable::write_atomic(&path, &bytes, 0o600)
+            .map_err(|source| ClientError::Files { path, source })
+    }
+
+    /// The record of `lease` on this host, if its helper wrote one: read
+    /// without following a link, from root's own file only.
+    pub fn read_record(&self, lease: &str) -> Result<Option<ClientRecord>, ClientError> {
+        use std::io::Read;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = self.lease_dir(lease).join(RECORD);
+        let files = |source| ClientError::Files {
+            path: path.clone(),
+            source,
+        };
+        let mut f = match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(files(e)),
+        };
+        let m = f.metadata().map_err(files)?;
+        if !m.is_file() || m.uid() != 0 || m.mode() & 0o077 != 0 || m.len() > 64 * 1024 {
+            return Err(files(std::io::Error::other(
+                "not root's own small file: not trusted",
+            )));
+        }
+        let mut text = String::new();
+        f.read_to_string(&mut text).map_err(files)?;
+        let r: ClientRecord = serde_json::from_str(&text)
+            .map_err(|e| files(std::io::Error::other(e.to_string())))?;
+        if r.lease != lease {
+            return Err(files(std::io::Error::other(format!(
+                "names lease {}, not {lease}",
+                r.lease
+            ))));
+        }
+        Ok(Some(r))
+    }
+
+    /// Whether the lease's agent listens on its socket here.
+    pub fn agent_up(&self, lease: &str) -> bool {
+        agent_listens(&self.agent_dir(lease).join("daos_agent.sock"))
     }
 
     /// Write the lease's files on this host (see the module's table).

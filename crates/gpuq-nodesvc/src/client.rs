@@ -7,6 +7,10 @@
 //! — gpuq-clienthost's steps, on this host's Podman, with this helper's
 //! own profile's pinned image (never one the request names).
 //!
+//! `files` also writes `client.json` (gpuq-clienthost's `ClientRecord`):
+//! the lease's profile and owner, which this host's broker reads to serve
+//! `gpuq daos-exec` inside the job.
+//!
 //! Every step is idempotent (a repeat finds nothing to do and says so):
 //! a driver that died half-way repeats it.
 
@@ -98,6 +102,13 @@ pub fn files(
     let d = h
         .prepare_files(lease, &req.tls, req.owner_uid)
         .map_err(failed)?;
+    // Whose lease it is, for this host's broker (`gpuq daos-exec`).
+    h.write_record(&gpuq_clienthost::ClientRecord {
+        lease: lease.to_string(),
+        profile: req.profile.clone(),
+        owner_uid: req.owner_uid,
+    })
+    .map_err(failed)?;
     Ok(report(cfg, lease, d))
 }
 

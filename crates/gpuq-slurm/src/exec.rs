@@ -1,13 +1,21 @@
 //! Which Slurm DAOS job a process belongs to, for `gpuq daos-exec` inside
 //! a Slurm job (the broker serves the call; docs/slurm.md).
 //!
-//! The answer comes from Slurm, never from the caller: each recorded job's
+//! The answer comes from Slurm, never from the caller: a DAOS job's
 //! slurmstepd on this host lists its processes (`scontrol listpids`), and
 //! the caller's PID (from `SO_PEERCRED`) must be among them. The caller's
 //! environment (`SLURM_JOB_ID`) is not read: any process can set it.
+//!
+//! Which jobs are DAOS jobs: on `agent_host`, gpuq-slurm's own records
+//! (and the lease must be `running`); on another GPU host
+//! (`[[slurm.gpu_hosts]]`), whose broker cannot see the controller's
+//! records, the leases whose client side that host's helper made (their
+//! `client.json` under the host's run dir, root's; the lease name gives
+//! the job), with the owner both there and in Slurm, and the lease's
+//! agent listening.
 
-use crate::{slurmcmd, Config, Error, State};
-use gpuq_lease::{Lease, Phase};
+use crate::{slurmcmd, state, Config, Error, State};
+use gpuq_lease::Phase;
 use gpuq_lifecycle::config::DaosProfile;
 use gpuq_lifecycle::host::Host;
 
@@ -20,7 +28,9 @@ pub struct ExecJob {
     pub gid: u32,
     /// Slurm's `WorkDir` of the job: text its owner chose.
     pub work_dir: String,
-    pub lease: Lease,
+    /// The lease's name and its profile's.
+    pub lease: String,
+    pub profile_name: String,
     pub profile: DaosProfile,
     /// This host's part of the lease (its Podman, run directory).
     pub host: Host,
@@ -37,14 +47,42 @@ pub enum Refusal {
     Failed(String),
 }
 
-/// The recorded Slurm DAOS job whose steps on this host include `pid`,
-/// if its owner is `uid` and its lease is running.
-pub async fn job_of_process(cfg: &Config, pid: u32, uid: u32) -> Result<ExecJob, Refusal> {
+/// The Slurm DAOS job whose steps on this host, `node` (its Slurm
+/// NodeName), include `pid`, if its owner is `uid` and its DAOS system is up.
+pub async fn job_of_process(
+    cfg: &Config,
+    node: &str,
+    pid: u32,
+    uid: u32,
+) -> Result<ExecJob, Refusal> {
+    if node == cfg.agent_host {
+        on_agent_host(cfg, pid, uid).await
+    } else {
+        on_gpu_host(cfg, node, pid, uid).await
+    }
+}
+
+fn not_in_job(node: &str) -> Refusal {
+    Refusal::NotInJob(format!(
+        "this process is in no Slurm DAOS job on {node} (run gpuq daos-exec from the job's script)"
+    ))
+}
+
+fn not_yours(job: u64, owner: u32) -> Refusal {
+    Refusal::Refused(format!(
+        "Slurm job {job} is not yours: daos-exec runs as the job's owner (uid {owner}), from the job's own processes"
+    ))
+}
+
+async fn on_agent_host(cfg: &Config, pid: u32, uid: u32) -> Result<ExecJob, Refusal> {
     let fail = |e: Error| Refusal::Failed(e.to_string());
     let st = State::reader(cfg).map_err(fail)?;
     let node = &cfg.agent_host;
     let mut found = None;
     for r in st.records().map_err(fail)? {
+        if r.host.as_deref().is_some_and(|h| h != node) {
+            continue; // its steps run on that host
+        }
         let pids = slurmcmd::job_pids(&cfg.scontrol, r.job, node)
             .await
             .map_err(fail)?;
@@ -54,19 +92,13 @@ pub async fn job_of_process(cfg: &Config, pid: u32, uid: u32) -> Result<ExecJob,
         }
     }
     let Some(r) = found else {
-        return Err(Refusal::NotInJob(format!(
-            "this process is in no Slurm DAOS job on {node} (run gpuq daos-exec from the job's script)"
-        )));
+        return Err(not_in_job(node));
     };
     let job = r.job;
     if r.uid != uid {
-        return Err(Refusal::Refused(format!(
-            "Slurm job {job} is not yours: daos-exec runs as the job's owner (uid {}), from the job's own processes",
-            r.uid
-        )));
+        return Err(not_yours(job, r.uid));
     }
-    let lease = st
-        .lease(&r.lease)
+    st.lease(&r.lease)
         .map_err(fail)?
         .filter(|l| l.phase == Phase::Running)
         .ok_or_else(|| {
@@ -90,7 +122,115 @@ pub async fn job_of_process(cfg: &Config, pid: u32, uid: u32) -> Result<ExecJob,
         uid: r.uid,
         gid: r.gid,
         work_dir,
+        lease: r.lease,
+        profile_name: r.profile,
+        profile,
+        host,
+    })
+}
+
+async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<ExecJob, Refusal> {
+    let fail = |e: Error| Refusal::Failed(e.to_string());
+    let g = cfg.gpu_host(node).ok_or_else(|| {
+        Refusal::Failed(format!(
+            "{node} is neither agent_host nor one of [[slurm.gpu_hosts]]"
+        ))
+    })?;
+    let any = cfg
+        .daos
+        .profiles
+        .keys()
+        .next()
+        .ok_or_else(|| Refusal::Failed("no [daos.profiles]".into()))?;
+    // This host's client side (run dir, Podman), for any profile: the
+    // lease's own profile is read from its record below.
+    let here = |profile: &str| -> Result<Host, Refusal> {
+        let h = gpuq_lifecycle::daos::host_for(&cfg.daos, profile)
+            .map_err(|e| Refusal::Failed(e.to_string()))?;
+        Ok(Host::new(g.podman_socket.clone(), g.run_dir.clone(), h.profile))
+    };
+    let probe = here(any)?;
+    let client = probe
+        .local()
+        .ok_or_else(|| Refusal::Failed("no local client side".into()))?;
+    let entries = match std::fs::read_dir(&g.run_dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_in_job(node)),
+        Err(e) => {
+            return Err(Refusal::Failed(format!(
+                "{}: {e}",
+                g.run_dir.display()
+            )))
+        }
+    };
+    let mut found = None;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(job) = state::job_of_lease(&name) else {
+            continue;
+        };
+        let pids = slurmcmd::job_pids(&cfg.scontrol, job, node)
+            .await
+            .map_err(fail)?;
+        if pids.contains(&pid) {
+            found = Some((name, job));
+            break;
+        }
+    }
+    let Some((lease, job)) = found else {
+        return Err(not_in_job(node));
+    };
+    let record = client
+        .read_record(&lease)
+        .map_err(|e| Refusal::Failed(e.to_string()))?
+        .ok_or_else(|| {
+            Refusal::Refused(format!(
+                "the DAOS system of Slurm job {job} is not up (lease {lease} has no client side on {node})"
+            ))
+        })?;
+    // The owner as the helper recorded it and as Slurm has it.
+    let slurm_owner = slurmcmd::squeue(cfg, job, "%U|%G")
+        .await
+        .map_err(fail)?
+        .ok_or_else(|| Refusal::Refused(format!("Slurm no longer knows job {job}")))?;
+    let (owner, gid) = slurm_owner
+        .split_once('|')
+        .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
+        .ok_or_else(|| Refusal::Failed(format!("squeue: job {job}: {slurm_owner:?}")))?;
+    if record.owner_uid != owner {
+        return Err(Refusal::Failed(format!(
+            "lease {lease} on {node} is recorded for uid {}, but Slurm job {job} is uid {owner}'s; an operator must look",
+            record.owner_uid
+        )));
+    }
+    if owner != uid {
+        return Err(not_yours(job, owner));
+    }
+    if !client.agent_up(&lease) {
+        return Err(Refusal::Refused(format!(
+            "the DAOS system of Slurm job {job} is not up (lease {lease}'s agent is not listening on {node})"
+        )));
+    }
+    let profile = cfg
+        .daos
+        .profiles
+        .get(&record.profile)
+        .cloned()
+        .ok_or_else(|| {
+            Refusal::Failed(format!("profile {} is no longer configured", record.profile))
+        })?;
+    let host = here(&record.profile)?;
+    let work_dir = slurmcmd::squeue(cfg, job, "%Z")
+        .await
+        .map_err(fail)?
+        .ok_or_else(|| Refusal::Refused(format!("Slurm no longer knows job {job}")))?;
+    Ok(ExecJob {
+        job,
+        uid: owner,
+        gid,
+        work_dir,
         lease,
+        profile_name: record.profile,
         profile,
         host,
     })

@@ -67,8 +67,8 @@ pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<(String, String), Erro
     }
     if !asked.is_empty() && asked != "(null)" {
         return Err(Error::Refused(format!(
-            "job {job} asks for nodes {asked:?}, but a DAOS job runs on one of {} only: submit it with --nodelist=ONE_OF_THEM or without a node list (docs/slurm.md)",
-            hosts.join(", ")
+            "job {job} asks for nodes {asked:?}, but a DAOS job runs on one host that serves them: submit it with --nodelist={} or without a node list (docs/slurm.md)",
+            hosts.join(" or --nodelist=")
         )));
     }
     let host = &cfg.agent_host;
