@@ -1111,7 +1111,10 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
         );
     }
     let seed = read(&dir, "seed.out");
-    assert!(seed.contains("seed-data") || seed.contains("Successfully created container"), "{seed}");
+    assert!(
+        seed.contains("seed-data") || seed.contains("Successfully created container"),
+        "{seed}"
+    );
     assert_eq!(
         read(&dir, "ids").lines().collect::<Vec<_>>(),
         vec![ALICE.to_string(), dir.display().to_string(), j.to_string()],
@@ -1140,7 +1143,11 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
     );
     let on_gpu2 = s.c.containers("gpu2");
     assert!(on_gpu2[0].0.ends_with("-agent"), "{on_gpu2:?}");
-    assert!(s.c.containers("cxl2").is_empty(), "{:?}", s.c.containers("cxl2"));
+    assert!(
+        s.c.containers("cxl2").is_empty(),
+        "{:?}",
+        s.c.containers("cxl2")
+    );
     // Callers outside the job (alice herself, bob) get one line from
     // gpu2's broker, and nothing is started.
     for uid in [ALICE, BOB] {
@@ -1156,7 +1163,10 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
         let out = s.slurm_as(uid, &args);
         assert!(!out.status.success(), "uid {uid}: {}", stdout(&out));
         let err = stderr(&out);
-        assert!(err.contains("in no Slurm DAOS job on gpu2"), "uid {uid}: {err}");
+        assert!(
+            err.contains("in no Slurm DAOS job on gpu2"),
+            "uid {uid}: {err}"
+        );
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
     assert_eq!(s.c.containers("gpu2"), on_gpu2, "nothing was started");
@@ -1171,7 +1181,9 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
     );
     assert!(!lease_dir.exists(), "{} is left", lease_dir.display());
     assert!(
-        s.log_has(&format!("job {j} ran on gpu2: its processes are Slurm's to end there")),
+        s.log_has(&format!(
+            "job {j} ran on gpu2: its processes are Slurm's to end there"
+        )),
         "{}",
         s.logs()
     );

@@ -288,7 +288,7 @@ impl Broker {
         let user = format!("{}:{}", t.uid, t.gid);
         let extra: Vec<(PathBuf, PathBuf)> = extra_src.into_iter().zip(extra).collect();
         let spec = here.client_spec(
-            &lease,
+            lease,
             &name,
             image,
             (t.uid, t.gid, &t.groups),
@@ -296,7 +296,7 @@ impl Broker {
             &extra,
         );
         let mut env: std::collections::BTreeMap<String, String> =
-            host.job_env(&lease).into_iter().collect();
+            host.job_env(lease).into_iter().collect();
         env.insert("HOME".into(), "/tmp".into());
         env.insert(t.id_var.0.into(), t.id_var.1.clone());
         env.extend(req.env.iter().cloned());

@@ -49,9 +49,8 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     // Before anything is made: gpuq-slurm's configuration, when named.
     let slurm = match &cfg.slurm_config {
         Some(p) => {
-            let s = gpuq_slurm::load(p).map_err(|e| {
-                anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display())
-            })?;
+            let s = gpuq_slurm::load(p)
+                .map_err(|e| anyhow::anyhow!("slurm.config in {}: {e}", cfg.source.display()))?;
             if let Some(n) = cfg.slurm_node.as_deref() {
                 if !s.daos_hosts().contains(&n) {
                     anyhow::bail!(

@@ -156,7 +156,6 @@ fn agent_dir_in(run_dir: &Path, lease: &str) -> PathBuf {
     run_dir.join(lease).join("agent")
 }
 
-
 /// A lease's DAOS variables for its job, from the configuration alone
 /// (no link, no container): `DAOS_SYSTEM`, the control config and the
 /// agent's socket dir under `run_dir`, then the profile's own `env`.
@@ -243,10 +242,7 @@ impl ClientHost {
     async fn podman(&self) -> Result<LibpodClient, ClientError> {
         self.client
             .get_or_try_init(|| {
-                LibpodClient::connect_with_timeout(
-                    &self.podman_socket,
-                    Some(self.profile.request),
-                )
+                LibpodClient::connect_with_timeout(&self.podman_socket, Some(self.profile.request))
             })
             .await
             .cloned()
@@ -411,8 +407,8 @@ impl ClientHost {
         }
         let mut text = String::new();
         f.read_to_string(&mut text).map_err(files)?;
-        let r: ClientRecord = serde_json::from_str(&text)
-            .map_err(|e| files(std::io::Error::other(e.to_string())))?;
+        let r: ClientRecord =
+            serde_json::from_str(&text).map_err(|e| files(std::io::Error::other(e.to_string())))?;
         if r.lease != lease {
             return Err(files(std::io::Error::other(format!(
                 "names lease {}, not {lease}",
@@ -736,7 +732,6 @@ fn agent_listens(sock: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::agent_listens;
-
 
     #[test]
     fn an_agent_socket_is_ready_only_once_it_listens_of_either_type_and_never_through_a_symlink() {

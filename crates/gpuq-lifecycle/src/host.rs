@@ -18,8 +18,7 @@ use gpuq_clienthost::{client_tls, ClientHost, ClientProfile};
 use gpuq_leasecert::LeaseCerts;
 use gpuq_podman::ImageId;
 use gpuq_protocol::node::{
-    ClientFilesRequest, ClientStep, ClientStepRequest, DmgCommand, DmgReply, DmgRequest,
-    StepReport,
+    ClientFilesRequest, ClientStep, ClientStepRequest, DmgCommand, DmgReply, DmgRequest, StepReport,
 };
 use serde_json::Value;
 use std::path::PathBuf;
@@ -547,7 +546,6 @@ impl Host {
             .find(|(_, a)| a == host)
             .map(|(n, _)| n.as_str())
     }
-
 }
 
 /// `rank R ADDR <field>, ...` of `dmg system query` members.
@@ -702,7 +700,6 @@ fn client_profile(p: &HostProfile) -> ClientProfile {
 mod tests {
     use super::{format_reply, joined_shape};
     use serde_json::{json, Value};
-
 
     /// daos.md's `dmg storage format -j` success, field for field.
     fn formatted() -> Value {

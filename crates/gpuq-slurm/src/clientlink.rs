@@ -62,7 +62,10 @@ impl ClientLink {
                 let up = links.ensure_all_up(self.timeout).await;
                 for n in &up.nodes {
                     if let Err(e) = &n.result {
-                        crate::say(&format!("gpuq-slurm: the link to {} is not up: {e}", n.node));
+                        crate::say(&format!(
+                            "gpuq-slurm: the link to {} is not up: {e}",
+                            n.node
+                        ));
                     }
                 }
                 let l = links

@@ -246,7 +246,11 @@ replicas = ["da1"]
         let g = c.gpu_host("gpu2").unwrap();
         assert_eq!(
             (g.run_dir.as_path(), g.podman_socket.as_path(), g.port),
-            (Path::new("/run/gpuq/daos"), Path::new("/run/podman/podman.sock"), None)
+            (
+                Path::new("/run/gpuq/daos"),
+                Path::new("/run/podman/podman.sock"),
+                None
+            )
         );
         let g = c.gpu_host("gpu3").unwrap();
         assert_eq!(g.run_dir, Path::new("/run/x"));
@@ -256,8 +260,14 @@ replicas = ["da1"]
             ("name = \"cxl2\"\nhost = \"h\"", "slurm.gpu_hosts.name"),
             ("name = \"da1\"\nhost = \"h\"", "slurm.gpu_hosts.name"),
             ("name = \"a b\"\nhost = \"h\"", "slurm.gpu_hosts.name"),
-            ("name = \"g\"\nhost = \"-oProxyCommand=x\"", "slurm.gpu_hosts.host"),
-            ("name = \"g\"\nhost = \"h\"\nrun_dir = \"rel\"", "slurm.gpu_hosts.run_dir"),
+            (
+                "name = \"g\"\nhost = \"-oProxyCommand=x\"",
+                "slurm.gpu_hosts.host",
+            ),
+            (
+                "name = \"g\"\nhost = \"h\"\nrun_dir = \"rel\"",
+                "slurm.gpu_hosts.run_dir",
+            ),
         ] {
             let e = cfg(
                 &format!("[slurm]\nagent_host = \"cxl2\"\n[[slurm.gpu_hosts]]\n{table}"),

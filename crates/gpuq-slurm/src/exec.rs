@@ -147,7 +147,11 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
     let here = |profile: &str| -> Result<Host, Refusal> {
         let h = gpuq_lifecycle::daos::host_for(&cfg.daos, profile)
             .map_err(|e| Refusal::Failed(e.to_string()))?;
-        Ok(Host::new(g.podman_socket.clone(), g.run_dir.clone(), h.profile))
+        Ok(Host::new(
+            g.podman_socket.clone(),
+            g.run_dir.clone(),
+            h.profile,
+        ))
     };
     let probe = here(any)?;
     let client = probe
@@ -156,12 +160,7 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
     let entries = match std::fs::read_dir(&g.run_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_in_job(node)),
-        Err(e) => {
-            return Err(Refusal::Failed(format!(
-                "{}: {e}",
-                g.run_dir.display()
-            )))
-        }
+        Err(e) => return Err(Refusal::Failed(format!("{}: {e}", g.run_dir.display()))),
     };
     let mut found = None;
     for e in entries.flatten() {
@@ -217,7 +216,10 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
         .get(&record.profile)
         .cloned()
         .ok_or_else(|| {
-            Refusal::Failed(format!("profile {} is no longer configured", record.profile))
+            Refusal::Failed(format!(
+                "profile {} is no longer configured",
+                record.profile
+            ))
         })?;
     let host = here(&record.profile)?;
     let work_dir = slurmcmd::squeue(cfg, job, "%Z")

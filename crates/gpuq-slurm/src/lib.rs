@@ -35,8 +35,8 @@ pub mod exec;
 mod slurmcmd;
 pub mod state;
 
-pub use config::{load, parse, Config, DEFAULT_CONFIG};
 use clientlink::ClientLink;
+pub use config::{load, parse, Config, DEFAULT_CONFIG};
 use slurmcmd::{ended, pin, squeue};
 use state::libc_flags;
 pub use state::{lease_name, JobRecord, State};

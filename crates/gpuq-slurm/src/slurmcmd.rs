@@ -82,7 +82,10 @@ pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<(String, String), Erro
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok((format!("pinned to {host}, where its agent runs"), host.clone()))
+    Ok((
+        format!("pinned to {host}, where its agent runs"),
+        host.clone(),
+    ))
 }
 
 /// The PIDs of `job`'s processes on this host, `node` (its Slurm
