@@ -222,6 +222,45 @@ fn broker_refuses_unknown_keys_bad_values_and_unsafe_config_files() {
 }
 
 #[test]
+fn a_slurm_node_that_serves_no_daos_job_is_one_line_and_no_state() {
+    require_env!();
+    use std::os::unix::fs::PermissionsExt;
+    let base = "[broker]\nsocket = \"@DIR@/s.sock\"\nstate_dir = \"@DIR@/state\"\nrunner = \"direct\"\ngpu = \"none\"\n[slurm]\nconfig = \"@DIR@/slurm.toml\"\nnode = \"gpu9\"\n";
+    let dir = tempfile::tempdir().unwrap();
+    let slurm = dir.path().join("slurm.toml");
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/slurm/slurm.toml"),
+        &slurm,
+    )
+    .unwrap();
+    std::fs::set_permissions(&slurm, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let cfg = dir.path().join("broker.toml");
+    std::fs::write(
+        &cfg,
+        base.replace("@DIR@", &dir.path().display().to_string()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cfg, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = std::process::Command::new(bin("gpuq-broker"))
+        .arg("--config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("slurm.node")
+            && err.contains("`gpu9` is neither agent_host nor one of [[slurm.gpu_hosts]]"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        !dir.path().join("s.sock").exists() && !dir.path().join("state").exists(),
+        "no state was created"
+    );
+}
+
+#[test]
 fn an_unknown_gpu_state_keeps_the_gate_closed_and_says_why() {
     require_env!();
     if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1").exists() {
