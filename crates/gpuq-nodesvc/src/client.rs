@@ -130,3 +130,128 @@ pub async fn step(
     .map_err(failed)?;
     Ok(report(cfg, lease, d))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuq_protocol::node::ClientTls;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+
+    fn cfg(dir: &Path, client: bool) -> ServiceConfig {
+        let mut text = format!(
+            "[node]\nname = \"gpu2\"\nsocket = \"{d}/node.sock\"\npodman_socket = \"{d}/podman.sock\"\njobs_dir = \"{d}/jobs\"\ntest_dir = \"{d}/test\"\n\n[profiles.test]\nimage = \"sha256:{z}\"\ndaos_version = \"2.8.0\"\nmode = \"test\"\nport = 10001\n",
+            d = dir.display(),
+            z = "0".repeat(64)
+        );
+        if client {
+            text.push_str(&format!(
+                "\n[client]\nrun_dir = \"{}/client\"\n",
+                dir.display()
+            ));
+        }
+        ServiceConfig::parse(&dir.join("node.toml"), &text).unwrap()
+    }
+
+    fn req(owner_uid: u32, profile: &str) -> ClientFilesRequest {
+        ClientFilesRequest {
+            profile: profile.into(),
+            owner_uid,
+            system: "daos_server".into(),
+            port: 10001,
+            hostlist: vec!["10.200.0.11".into()],
+            access_points: vec!["10.200.0.11".into()],
+            tls: ClientTls {
+                ca_cert: "CA".into(),
+                admin_cert: "ADMIN".into(),
+                admin_key: "ADMINKEY".into(),
+                agent_cert: "AGENT".into(),
+                agent_key: "AGENTKEY".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn files_are_written_for_the_owner_alone_with_the_record_this_hosts_broker_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = cfg(dir.path(), true);
+        let r = files(&c, "slurm7-100", &req(61001, "test")).unwrap();
+        assert_eq!((r.node.as_str(), r.lease.as_str()), ("gpu2", "slurm7-100"));
+        let lease = dir.path().join("client/slurm7-100");
+        let user = std::fs::metadata(lease.join("user")).unwrap();
+        assert_eq!((user.uid(), user.mode() & 0o777), (61001, 0o500));
+        let key = std::fs::metadata(lease.join("user/admin.key")).unwrap();
+        assert_eq!((key.uid(), key.mode() & 0o777), (61001, 0o400));
+        let etc = std::fs::metadata(lease.join("agent-etc")).unwrap();
+        assert_eq!((etc.uid(), etc.mode() & 0o777), (0, 0o700));
+        let rec = std::fs::metadata(lease.join(gpuq_clienthost::RECORD)).unwrap();
+        assert_eq!((rec.uid(), rec.mode() & 0o777), (0, 0o600));
+        let h = host(&c, "slurm7-100", "test", None).unwrap();
+        assert_eq!(
+            h.read_record("slurm7-100").unwrap(),
+            Some(gpuq_clienthost::ClientRecord {
+                lease: "slurm7-100".into(),
+                profile: "test".into(),
+                owner_uid: 61001,
+            })
+        );
+        assert_eq!(h.read_record("slurm8-100").unwrap(), None);
+        // A repeat (a driver that died half-way) gives the same files.
+        files(&c, "slurm7-100", &req(61001, "test")).unwrap();
+        assert!(!h.agent_up("slurm7-100"), "no agent was started");
+    }
+
+    #[test]
+    fn a_request_this_host_cannot_serve_is_refused_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let without = cfg(dir.path(), false);
+        let e = files(&without, "slurm7-100", &req(61001, "test")).unwrap_err();
+        assert!(matches!(e, NodeError::Refused(_)), "{e}");
+        assert!(e.to_string().contains("no [client] run_dir"), "{e}");
+        let c = cfg(dir.path(), true);
+        let cases: [(&str, ClientFilesRequest, &str); 4] = [
+            ("slurm7-100", req(0, "test"), "owner_uid 0"),
+            ("../x", req(61001, "test"), "lease name"),
+            ("slurm7-100", req(61001, "nope"), "no profile 'nope'"),
+            (
+                "slurm7-100",
+                ClientFilesRequest {
+                    hostlist: vec![],
+                    ..req(61001, "test")
+                },
+                "hostlist",
+            ),
+        ];
+        for (lease, r, want) in cases {
+            let e = files(&c, lease, &r).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
+        assert!(
+            !dir.path().join("client").exists(),
+            "nothing was written under the run dir"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_step_without_client_or_with_an_unknown_profile_is_refused_before_podman() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = step(
+            &cfg(dir.path(), false),
+            "slurm7-100",
+            ClientStep::StopAgent,
+            "test",
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, NodeError::Refused(_)), "{e}");
+        let e = step(
+            &cfg(dir.path(), true),
+            "slurm7-100",
+            ClientStep::StopAgent,
+            "nope",
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(e, NodeError::NoProfile(_)), "{e}");
+    }
+}
