@@ -7,7 +7,10 @@
 #   slurm  `sbatch` of a job with `#BB_LUA daos pool=daos capacity=1` that
 #          runs `true` (as uid 61001) → its teardown done (gpuq-slurm's job
 #          record gone), polled every 50 ms; split into submit → the job's
-#          first line, and the job's last line → the site free.
+#          first line, and the job's last line → the site free;
+#   gpu2   the same Slurm job with `--nodelist=gpu2`: the lease's client
+#          side (files, agent) on gpu2 through gpu2's gpuq-node over an
+#          ssh link, instead of on cxl2 itself.
 #
 # The same lease (gpuq-lifecycle: preflight, four servers, format, joins,
 # agent, then the whole cleanup and wipe) in both; N jobs one after another
@@ -63,17 +66,24 @@ for _ in $(seq 200); do kill -0 "$broker" 2>/dev/null || break; sleep 0.1; done
 wait "$broker" 2>/dev/null || true
 broker=
 {
-    printf '[slurm]\nstate_dir = "%s"\nagent_host = "cxl2"\n\n' "$B/slurm-state"
+    printf '[slurm]\nstate_dir = "%s"\nagent_host = "cxl2"\n' "$B/slurm-state"
+    printf '[[slurm.gpu_hosts]]\nname = "gpu2"\nhost = "10.200.0.20"\nnode_socket = "%s"\npodman_socket = "%s"\nrun_dir = "%s"\n\n' \
+        "$D/gpu2/run/node.sock" "$D/gpu2/run/podman.sock" "$D/gpu2/client"
     sed -n '/^\[daos\]/,$p' "$B/broker.toml"
 } >"$B/gpuq-slurm.toml"
 chmod 644 "$B/gpuq-slurm.toml"
-GPUQ_BIN_DIR=$BIN GPUQ_SLURM_CONFIG=$B/gpuq-slurm.toml integration/cluster/slurm up >"$B/slurm-up.log" 2>&1 ||
+GPUQ_BIN_DIR=$BIN GPUQ_SLURM_CONFIG=$B/gpuq-slurm.toml GPUQ_SLURM_GPU2_CLIENT=1 \
+    GPUQ_CLUSTER_IMAGE=$archive GPUQ_CLUSTER_PROFILE_IMAGE=$image integration/cluster/slurm up >"$B/slurm-up.log" 2>&1 ||
     { cat "$B/slurm-up.log" >&2; exit 1; }
 u=$B/u
 mkdir -p "$u"
 chown 61001:61001 "$u"
 : >"$B/slurm.tsv"
-for i in $(seq "$N"); do
+: >"$B/gpu2.tsv"
+for k in $(seq $((2 * N))); do
+    # cxl2 and gpu2 by turns, so that both see the same machine load.
+    if ((k % 2)); then host=cxl2; else host=gpu2; fi
+    i=$k
     cat >"$u/job$i.sh" <<EOF
 #!/bin/bash
 #SBATCH -o $u/job$i.out
@@ -84,7 +94,7 @@ date +%s.%N > $u/end$i
 EOF
     chown 61001:61001 "$u/job$i.sh"
     t0=$EPOCHREALTIME
-    id=$(integration/cluster/slurm as 61001 sbatch --parsable "$u/job$i.sh")
+    id=$(integration/cluster/slurm as 61001 sbatch --parsable --nodelist=$host "$u/job$i.sh")
     # Until the job has run and its teardown has removed its record.
     for _ in $(seq 2400); do
         [ -e "$u/end$i" ] && [ ! -e "$B/slurm-state/jobs/$id.json" ] && break
@@ -93,23 +103,30 @@ EOF
     t1=$EPOCHREALTIME
     [ -e "$u/end$i" ] && [ ! -e "$B/slurm-state/jobs/$id.json" ] ||
         { echo "$me: slurm job $id: not done after 120 s" >&2; tail -20 "$D/logs/slurmctld.log" >&2; exit 1; }
-    printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$t0" "$t1" "$(cat "$u/start$i")" "$(cat "$u/end$i")" >>"$B/slurm.tsv"
-    echo "slurm job $id done" >&2
+    [ "$host" = cxl2 ] && tsv=$B/slurm.tsv || tsv=$B/gpu2.tsv
+    printf '%s\t%s\t%s\t%s\t%s\n' "$id" "$t0" "$t1" "$(cat "$u/start$i")" "$(cat "$u/end$i")" >>"$tsv"
+    echo "slurm job $id on $host done" >&2
 done
 
 python3 - "$B" <<'PY'
 import statistics, sys
 B = sys.argv[1]
 q = [float(t1) - float(t0) for _, t0, t1 in (l.split() for l in open(f"{B}/queue.tsv"))]
-rows = [list(map(float, l.split()[1:])) for l in open(f"{B}/slurm.tsv")]
-s = [t1 - t0 for t0, t1, _, _ in rows]
-start = [a - t0 for t0, _, a, _ in rows]
-free = [t1 - e for _, t1, _, e in rows]
+def series(name):
+    rows = [list(map(float, l.split()[1:])) for l in open(f"{B}/{name}.tsv")]
+    s = [t1 - t0 for t0, t1, _, _ in rows]
+    start = [a - t0 for t0, _, a, _ in rows]
+    free = [t1 - e for _, t1, _, e in rows]
+    return s, start, free
+mq = statistics.median(q)
 print("queue  (submit → lease released):   " + "  ".join(f"{x:.2f}" for x in q))
-print("slurm  (sbatch → teardown done):    " + "  ".join(f"{x:.2f}" for x in s))
-print("  of which sbatch → job's first line: " + "  ".join(f"{x:.2f}" for x in start))
-print("  of which job's last line → free:    " + "  ".join(f"{x:.2f}" for x in free))
-mq, ms = statistics.median(q), statistics.median(s)
-print(f"\nmedians  queue {mq:.2f} s   slurm {ms:.2f} s   slurm/queue {ms / mq:.1f}×   "
-      f"(slurm: to the job {statistics.median(start):.2f} s, after it {statistics.median(free):.2f} s)")
+for name, what in (("slurm", "slurm on cxl2"), ("gpu2", "slurm on gpu2")):
+    s, start, free = series(name)
+    print(f"{what} (sbatch → teardown done): " + "  ".join(f"{x:.2f}" for x in s))
+    print("  of which sbatch → job's first line: " + "  ".join(f"{x:.2f}" for x in start))
+    print("  of which job's last line → free:    " + "  ".join(f"{x:.2f}" for x in free))
+    ms = statistics.median(s)
+    print(f"  median {ms:.2f} s   /queue {ms / mq:.1f}×   (to the job {statistics.median(start):.2f} s, "
+          f"after it {statistics.median(free):.2f} s)")
+print(f"\nqueue median {mq:.2f} s")
 PY
