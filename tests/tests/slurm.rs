@@ -120,6 +120,26 @@ impl SlurmSite {
         }
     }
 
+    /// A broker in `host`'s namespace with no DAOS queue of its own:
+    /// `[slurm] config` (and `extra` lines of `[slurm]`) makes its
+    /// daos-exec serve gpuq-slurm's jobs there. (broker, `gpuq`, socket)
+    fn broker(&self, host: &str, extra: &str) -> (TestBroker, String, String) {
+        let mut b = TestBroker::prepare("");
+        b.tables = format!("[slurm]\nconfig = \"{}\"\n{extra}", self.conf.display());
+        b.netns = Some(self.c.id.namespace(host));
+        b.env = vec![(
+            "SLURM_CONF".into(),
+            self.c
+                .dir()
+                .join("slurm/etc/slurm.conf")
+                .display()
+                .to_string(),
+        )];
+        let b = TestBroker::launch(b);
+        let sock = b.socket.display().to_string();
+        (b, bin("gpuq").display().to_string(), sock)
+    }
+
     /// A Slurm client command in cxl2's namespace, as root.
     fn slurm(&self, args: &[&str]) -> Output {
         self.c
@@ -823,18 +843,7 @@ fn gpuq_daos_exec_in_two_users_slurm_daos_jobs_runs_the_seed_example_as_each_own
     let s = SlurmSite::up("slexec");
     // A broker on cxl2 with no DAOS queue of its own: `[slurm] config`
     // makes its daos-exec serve gpuq-slurm's jobs.
-    let mut b = TestBroker::prepare("");
-    b.tables = format!("[slurm]\nconfig = \"{}\"\n", s.conf.display());
-    b.netns = Some(s.c.id.namespace("cxl2"));
-    b.env = vec![(
-        "SLURM_CONF".into(),
-        s.c.dir().join("slurm/etc/slurm.conf").display().to_string(),
-    )];
-    let mut b = TestBroker::launch(b);
-    let (g, sock) = (
-        bin("gpuq").display().to_string(),
-        b.socket.display().to_string(),
-    );
+    let (mut b, g, sock) = s.broker("cxl2", "");
     // The seed README's example and more, through daos-exec; a job that
     // `wait`s then stays until `go`.
     let seed_job = |uid: u32, dir: &Path, wait: bool| -> u64 {
@@ -1048,21 +1057,7 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
     let s = SlurmSite::up_gpu2("slgpu2");
     // gpu2's own broker (in its namespace): `[slurm] node = "gpu2"` makes
     // its daos-exec serve the Slurm DAOS jobs placed on gpu2.
-    let mut b = TestBroker::prepare("");
-    b.tables = format!(
-        "[slurm]\nconfig = \"{}\"\nnode = \"gpu2\"\n",
-        s.conf.display()
-    );
-    b.netns = Some(s.c.id.namespace("gpu2"));
-    b.env = vec![(
-        "SLURM_CONF".into(),
-        s.c.dir().join("slurm/etc/slurm.conf").display().to_string(),
-    )];
-    let mut b = TestBroker::launch(b);
-    let (g, sock) = (
-        bin("gpuq").display().to_string(),
-        b.socket.display().to_string(),
-    );
+    let (mut b, g, sock) = s.broker("gpu2", "node = \"gpu2\"\n");
     let dir = s.user_dir(ALICE, "a");
     let o = dir.display();
     // On the host, with the simulator's tools: dmg with the lease's control

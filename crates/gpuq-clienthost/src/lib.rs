@@ -156,6 +156,28 @@ fn agent_dir_in(run_dir: &Path, lease: &str) -> PathBuf {
     run_dir.join(lease).join("agent")
 }
 
+/// Whether `stop` (a preparation's stop signal) has turned true.
+pub fn stopped(stop: &Option<tokio::sync::watch::Receiver<bool>>) -> bool {
+    stop.as_ref().is_some_and(|s| *s.borrow())
+}
+
+/// Wait `d`, or less if `stop` turns true meanwhile; whether it is true.
+pub async fn pause(stop: &Option<tokio::sync::watch::Receiver<bool>>, d: Duration) -> bool {
+    if stopped(stop) {
+        return true;
+    }
+    match stop.clone() {
+        None => tokio::time::sleep(d).await,
+        Some(mut s) => {
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = s.wait_for(|stop| *stop) => {}
+            }
+        }
+    }
+    stopped(stop)
+}
+
 /// A lease's DAOS variables for its job, from the configuration alone
 /// (no link, no container): `DAOS_SYSTEM`, the control config and the
 /// agent's socket dir under `run_dir`, then the profile's own `env`.
@@ -213,7 +235,7 @@ impl ClientHost {
 
     /// Whether the preparation was told to stop.
     pub fn stopped(&self) -> bool {
-        self.stop.as_ref().is_some_and(|s| *s.borrow())
+        stopped(&self.stop)
     }
 
     /// An error if told to stop: the preparation ends between two calls.
@@ -226,17 +248,10 @@ impl ClientHost {
 
     /// Wait `d`, or less if told to stop meanwhile (then an error).
     async fn pause(&self, d: Duration) -> Result<(), ClientError> {
-        self.check_stop()?;
-        match self.stop.clone() {
-            None => tokio::time::sleep(d).await,
-            Some(mut s) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = s.wait_for(|stop| *stop) => {}
-                }
-            }
+        if pause(&self.stop, d).await {
+            return Err(ClientError::Stopped);
         }
-        self.check_stop()
+        Ok(())
     }
 
     async fn podman(&self) -> Result<LibpodClient, ClientError> {

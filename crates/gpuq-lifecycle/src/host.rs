@@ -13,7 +13,7 @@
 //! read-only in that node's server container).
 
 use crate::error::HostError;
-use crate::nodes::{call_all, Node, Retry};
+use crate::nodes::{call_one, Node};
 use gpuq_clienthost::{client_tls, ClientHost, ClientProfile};
 use gpuq_leasecert::LeaseCerts;
 use gpuq_podman::ImageId;
@@ -174,7 +174,7 @@ impl Host {
 
     /// Whether the preparation was told to stop.
     pub fn stopped(&self) -> bool {
-        self.stop.as_ref().is_some_and(|s| *s.borrow())
+        gpuq_clienthost::stopped(&self.stop)
     }
 
     /// An error if told to stop: the preparation ends between two calls.
@@ -187,17 +187,10 @@ impl Host {
 
     /// Wait `d`, or less if told to stop meanwhile (then an error).
     async fn pause(&self, d: Duration) -> Result<(), HostError> {
-        self.check_stop()?;
-        match self.stop.clone() {
-            None => tokio::time::sleep(d).await,
-            Some(mut s) => {
-                tokio::select! {
-                    _ = tokio::time::sleep(d) => {}
-                    _ = s.wait_for(|stop| *stop) => {}
-                }
-            }
+        if gpuq_clienthost::pause(&self.stop, d).await {
+            return Err(HostError::Stopped);
         }
-        self.check_stop()
+        Ok(())
     }
 
     /// `step` of the remote client side on `node`, within the request
@@ -209,23 +202,13 @@ impl Host {
         step: &str,
         body: Value,
     ) -> Result<String, HostError> {
-        let reply = call_all::<StepReport>(
-            std::slice::from_ref(node),
+        let reply = call_one::<StepReport>(
+            node,
             self.profile.deadlines.request + REMOTE_MARGIN,
-            hyper::Method::POST,
             &format!("/v1/clients/{lease}/{step}"),
             Some(body),
-            Retry::Refused,
         )
-        .await
-        .pop()
-        .map(|(_, r)| r)
-        .unwrap_or_else(|| {
-            Err(gpuq_client::ClientError::Protocol {
-                socket: node.client.socket().to_path_buf(),
-                what: "no answer".into(),
-            })
-        });
+        .await;
         let r = reply.map_err(|source| HostError::Remote {
             node: node.name.clone(),
             step: step.to_string(),
@@ -326,23 +309,13 @@ impl Host {
             within_secs: within.as_secs().max(1),
         };
         let body = serde_json::to_value(&req).ok();
-        let reply = call_all::<DmgReply>(
-            std::slice::from_ref(node),
+        let reply = call_one::<DmgReply>(
+            node,
             within + DMG_MARGIN,
-            hyper::Method::POST,
             &format!("/v1/leases/{lease}/dmg"),
             body,
-            Retry::Refused,
         )
-        .await
-        .pop()
-        .map(|(_, r)| r)
-        .unwrap_or_else(|| {
-            Err(gpuq_client::ClientError::Protocol {
-                socket: node.client.socket().to_path_buf(),
-                what: "no answer".into(),
-            })
-        });
+        .await;
         let out = reply.map_err(|source| HostError::Dmg {
             node: node.name.clone(),
             args: args.clone(),

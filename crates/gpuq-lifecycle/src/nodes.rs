@@ -61,6 +61,36 @@ where
     call_each(nodes, deadline, method, path, &|_| body.clone(), retry).await
 }
 
+/// `POST path` with `body` on `node` alone, within `deadline`, asked
+/// again while its socket refuses ([`Retry::Refused`]).
+pub async fn call_one<T>(
+    node: &Node,
+    deadline: Duration,
+    path: &str,
+    body: Option<serde_json::Value>,
+) -> Result<T, ClientError>
+where
+    T: serde::de::DeserializeOwned + Send + 'static,
+{
+    call_all(
+        std::slice::from_ref(node),
+        deadline,
+        Method::POST,
+        path,
+        body,
+        Retry::Refused,
+    )
+    .await
+    .pop()
+    .map(|(_, r)| r)
+    .unwrap_or_else(|| {
+        Err(ClientError::Protocol {
+            socket: node.client.socket().to_path_buf(),
+            what: "no answer".into(),
+        })
+    })
+}
+
 /// [`call_all`] with each node's own body, `body_of(node name)` (the
 /// start: only the broker's dmg node gets the lease's dmg access).
 pub async fn call_each<T>(

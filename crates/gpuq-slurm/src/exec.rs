@@ -113,10 +113,7 @@ async fn on_agent_host(cfg: &Config, pid: u32, uid: u32) -> Result<ExecJob, Refu
         })?;
     let host = gpuq_lifecycle::daos::host_for(&cfg.daos, &r.profile)
         .map_err(|e| Refusal::Failed(e.to_string()))?;
-    let work_dir = slurmcmd::squeue(cfg, job, "%Z")
-        .await
-        .map_err(fail)?
-        .ok_or_else(|| Refusal::Refused(format!("Slurm no longer knows job {job}")))?;
+    let work_dir = work_dir(cfg, job).await?;
     Ok(ExecJob {
         job,
         uid: r.uid,
@@ -222,10 +219,7 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
             ))
         })?;
     let host = here(&record.profile)?;
-    let work_dir = slurmcmd::squeue(cfg, job, "%Z")
-        .await
-        .map_err(fail)?
-        .ok_or_else(|| Refusal::Refused(format!("Slurm no longer knows job {job}")))?;
+    let work_dir = work_dir(cfg, job).await?;
     Ok(ExecJob {
         job,
         uid: owner,
@@ -236,4 +230,12 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
         profile,
         host,
     })
+}
+
+/// The job's `WorkDir` as Slurm has it (`squeue %Z`).
+async fn work_dir(cfg: &Config, job: u64) -> Result<String, Refusal> {
+    slurmcmd::squeue(cfg, job, "%Z")
+        .await
+        .map_err(|e| Refusal::Failed(e.to_string()))?
+        .ok_or_else(|| Refusal::Refused(format!("Slurm no longer knows job {job}")))
 }
