@@ -1185,3 +1185,73 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
     s.assert_clean();
     let _ = b.terminate();
 }
+
+#[test]
+fn a_teardown_whose_gpu2_helper_is_away_holds_naming_gpu2_and_recover_cleans_gpu2() {
+    require_slurm!();
+    let s = SlurmSite::up_gpu2("slg2hold");
+    let dir = s.user_dir(ALICE, "a");
+    let o = dir.display();
+    let body = format!(
+        "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{DAOS}\nenv | grep ^DAOS_ | sort > {o}/env\n\
+         touch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n"
+    );
+    let j = s.sbatch(ALICE, &dir, &["--nodelist=gpu2"], &body).unwrap();
+    assert!(
+        eventually(150, || dir.join("ready").exists()),
+        "{:?}\n{}",
+        s.job_state(j),
+        s.logs()
+    );
+    let lease_dir = Path::new(
+        read(&dir, "env")
+            .lines()
+            .find_map(|l| l.strip_prefix("DAOS_CONTROL_CONFIG="))
+            .unwrap_or("/nonexistent/x"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf();
+    assert!(
+        lease_dir.join("client.json").exists(),
+        "{}",
+        lease_dir.display()
+    );
+    // gpu2's helper unreachable through its link before the teardown.
+    let sock = s.c.node_sock("gpu2");
+    let off = sock.with_extension("off");
+    std::fs::rename(&sock, &off).unwrap();
+    std::fs::write(dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(j, 60), "COMPLETED", "{}", s.logs());
+    assert!(
+        eventually(120, || !s.status()["held"].is_null()),
+        "{}\n{}",
+        s.status(),
+        s.logs()
+    );
+    let held = s.status()["held"].to_string();
+    assert!(
+        held.contains("remove_clients") && held.contains("on gpu2"),
+        "{held}"
+    );
+    // Nothing of gpu2's part was touched: its agent and files are there.
+    assert_eq!(
+        s.c.containers("gpu2").len(),
+        1,
+        "{:?}",
+        s.c.containers("gpu2")
+    );
+    assert!(lease_dir.exists());
+    let pools = stdout(&s.gpuq_slurm(&["pools"]));
+    assert!(pools.contains("\"quantity\":0"), "{pools}");
+    // Recover while gpu2's helper is still away: still held.
+    let r = s.gpuq_slurm(&["recover"]);
+    assert_eq!(r.status.code(), Some(75), "{}", stdout(&r));
+    assert!(!s.status()["held"].is_null());
+    // Back: recover finishes the cleanup there too and releases.
+    std::fs::rename(&off, &sock).unwrap();
+    let r = s.gpuq_slurm(&["recover"]);
+    assert!(r.status.success(), "{}{}", stdout(&r), stderr(&r));
+    assert!(!lease_dir.exists(), "{} is left", lease_dir.display());
+    s.assert_clean();
+}
