@@ -1244,11 +1244,9 @@ fn a_teardown_whose_gpu2_helper_is_away_holds_naming_gpu2_and_recover_cleans_gpu
     assert!(lease_dir.exists());
     let pools = stdout(&s.gpuq_slurm(&["pools"]));
     assert!(pools.contains("\"quantity\":0"), "{pools}");
-    // Recover while gpu2's helper is still away: still held.
-    let r = s.gpuq_slurm(&["recover"]);
-    assert_eq!(r.status.code(), Some(75), "{}", stdout(&r));
-    assert!(!s.status()["held"].is_null());
-    // Back: recover finishes the cleanup there too and releases.
+    // Back: recover finishes the cleanup there too and releases (a
+    // recover while a node is still away keeps the hold: tested with da3
+    // in a_failed_teardown_holds_the_site_the_next_job_waits_and_recover_lets_it_run).
     std::fs::rename(&off, &sock).unwrap();
     let r = s.gpuq_slurm(&["recover"]);
     assert!(r.status.success(), "{}{}", stdout(&r), stderr(&r));
