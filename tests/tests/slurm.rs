@@ -1187,22 +1187,53 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
 }
 
 #[test]
-fn a_teardown_whose_gpu2_helper_is_away_holds_naming_gpu2_and_recover_cleans_gpu2() {
+fn a_daos_job_naming_no_node_goes_to_an_idle_gpu2_whose_helper_away_at_the_teardown_holds_and_recover_cleans_gpu2(
+) {
     require_slurm!();
     let s = SlurmSite::up_gpu2("slg2hold");
+    // Bob's GPU-only job takes cxl2 (one CPU): cxl2 is not idle.
+    let g_dir = s.user_dir(BOB, "g");
+    let gj = s
+        .sbatch(
+            BOB,
+            &g_dir,
+            &["-w", "cxl2"],
+            &format!(
+                "#!/bin/bash\n#SBATCH -o {o}/slurm.out\ntouch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n",
+                o = g_dir.display()
+            ),
+        )
+        .unwrap();
+    assert!(
+        eventually(60, || g_dir.join("ready").exists()),
+        "{:?}",
+        s.job_state(gj)
+    );
     let dir = s.user_dir(ALICE, "a");
     let o = dir.display();
     let body = format!(
-        "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{DAOS}\nenv | grep ^DAOS_ | sort > {o}/env\n\
+        "#!/bin/bash\n#SBATCH -o {o}/slurm.out\n{DAOS}\nhostname > {o}/host\nenv | grep ^DAOS_ | sort > {o}/env\n\
          touch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n"
     );
-    let j = s.sbatch(ALICE, &dir, &["--nodelist=gpu2"], &body).unwrap();
+    // No node list: the setup pins it to the first idle host that serves
+    // DAOS jobs, gpu2.
+    let j = s.sbatch(ALICE, &dir, &[], &body).unwrap();
     assert!(
         eventually(150, || dir.join("ready").exists()),
         "{:?}\n{}",
         s.job_state(j),
         s.logs()
     );
+    assert_eq!(read(&dir, "host").trim(), "gpu2");
+    assert!(
+        s.log_has(&format!("setup job {j}: job {j} (uid"))
+            && s.logs()
+                .contains("pinned to gpu2, the first idle host that serves DAOS jobs"),
+        "{}",
+        s.logs()
+    );
+    std::fs::write(g_dir.join("go"), "").unwrap();
+    assert_eq!(s.wait_end(gj, 60), "COMPLETED");
     let lease_dir = Path::new(
         read(&dir, "env")
             .lines()

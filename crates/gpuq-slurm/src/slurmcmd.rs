@@ -55,8 +55,9 @@ pub(crate) async fn squeue(cfg: &Config, job: u64, format: &str) -> Result<Optio
 }
 
 /// Make `job` run on one host that serves DAOS jobs: the one it asked
-/// for (`agent_host` or a `[[slurm.gpu_hosts]]` entry), else `agent_host`.
-/// Refused if it asks for any other node list. `(what was done, host)`.
+/// for (`agent_host` or a `[[slurm.gpu_hosts]]` entry); with no node list,
+/// the first of them that Slurm says is idle, else `agent_host`. Refused if
+/// it asks for any other node list. `(what was done, host)`.
 pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<(String, String), Error> {
     let asked = squeue(cfg, job, "%n")
         .await?
@@ -71,7 +72,29 @@ pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<(String, String), Erro
             hosts.join(" or --nodelist=")
         )));
     }
-    let host = &cfg.agent_host;
+    let (host, why) = if hosts.len() == 1 {
+        (cfg.agent_host.clone(), "where its agent runs".to_string())
+    } else {
+        match node_states(cfg).await {
+            Ok(states) => match hosts
+                .iter()
+                .find(|h| states.iter().any(|(n, st)| n == *h && st == "IDLE"))
+            {
+                Some(h) => (
+                    h.to_string(),
+                    "the first idle host that serves DAOS jobs".into(),
+                ),
+                None => (
+                    cfg.agent_host.clone(),
+                    "no host that serves DAOS jobs is idle".into(),
+                ),
+            },
+            Err(e) => (
+                cfg.agent_host.clone(),
+                format!("Slurm's node states could not be read ({e})"),
+            ),
+        }
+    };
     let (id, nodes) = (format!("JobId={job}"), format!("ReqNodeList={host}"));
     let out = slurm_cmd(&cfg.scontrol, &["update", &id, &nodes]).await?;
     if !out.status.success() {
@@ -82,10 +105,35 @@ pub(crate) async fn pin(cfg: &Config, job: u64) -> Result<(String, String), Erro
             String::from_utf8_lossy(&out.stderr).trim()
         )));
     }
-    Ok((
-        format!("pinned to {host}, where its agent runs"),
-        host.clone(),
-    ))
+    Ok((format!("pinned to {host}, {why}"), host))
+}
+
+/// Every node's (NodeName, State) as `scontrol --oneliner show nodes`
+/// says (`IDLE`, `MIXED`, `ALLOCATED`, `IDLE+DRAIN`, `DOWN*`, ...).
+async fn node_states(cfg: &Config) -> Result<Vec<(String, String)>, Error> {
+    let out = slurm_cmd(&cfg.scontrol, &["--oneliner", "show", "nodes"]).await?;
+    if !out.status.success() {
+        return Err(Error::Failed(format!(
+            "{} show nodes: {} {}",
+            cfg.scontrol.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(parse_node_states(&String::from_utf8_lossy(&out.stdout)))
+}
+
+fn parse_node_states(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k))
+                    .map(str::to_string)
+            };
+            Some((field("NodeName=")?, field("State=")?))
+        })
+        .collect()
 }
 
 /// The PIDs of `job`'s processes on this host, `node` (its Slurm
@@ -157,6 +205,22 @@ pub(crate) fn ended(state: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn node_states_are_read_from_scontrols_one_line_per_node() {
+        let text = "NodeName=cxl2 Arch=x86_64 CoresPerSocket=1 CPUAlloc=1 State=ALLOCATED ThreadsPerCore=1\n\
+                    NodeName=gpu2 Arch=x86_64 CPUAlloc=0 State=IDLE ThreadsPerCore=1\n\
+                    NodeName=gpu3 State=IDLE+DRAIN\n\
+                    garbage line\n";
+        assert_eq!(
+            super::parse_node_states(text),
+            vec![
+                ("cxl2".to_string(), "ALLOCATED".to_string()),
+                ("gpu2".to_string(), "IDLE".to_string()),
+                ("gpu3".to_string(), "IDLE+DRAIN".to_string()),
+            ]
+        );
+    }
+
     use super::parse_listpids;
 
     #[test]
