@@ -1275,6 +1275,28 @@ fn a_daos_job_naming_no_node_goes_to_an_idle_gpu2_whose_helper_away_at_the_teard
     assert!(lease_dir.exists());
     let pools = stdout(&s.gpuq_slurm(&["pools"]));
     assert!(pools.contains("\"quantity\":0"), "{pools}");
+    // A configuration that no longer names gpu2: recover refuses (75),
+    // the hold stays, nothing of gpu2's part is touched.
+    let conf = std::fs::read_to_string(&s.conf).unwrap();
+    let start = conf.find("[[slurm.gpu_hosts]]").unwrap();
+    let end = conf.find("[daos]").unwrap();
+    std::fs::write(&s.conf, format!("{}{}", &conf[..start], &conf[end..])).unwrap();
+    let r = s.gpuq_slurm(&["recover"]);
+    assert_eq!(r.status.code(), Some(75), "{}{}", stdout(&r), stderr(&r));
+    let out = format!("{}{}", stdout(&r), stderr(&r));
+    assert!(
+        out.contains("gpu2 is not in [[slurm.gpu_hosts]] any more"),
+        "{out}"
+    );
+    assert!(!s.status()["held"].is_null());
+    assert_eq!(
+        s.c.containers("gpu2").len(),
+        1,
+        "{:?}",
+        s.c.containers("gpu2")
+    );
+    assert!(lease_dir.exists());
+    std::fs::write(&s.conf, &conf).unwrap();
     // Back: recover finishes the cleanup there too and releases (a
     // recover while a node is still away keeps the hold: tested with da3
     // in a_failed_teardown_holds_the_site_the_next_job_waits_and_recover_lets_it_run).

@@ -51,13 +51,15 @@ impl ClientLink {
         ClientLink { remote, timeout }
     }
 
-    /// The lease's part on the GPU hosts: on the job's host through its
-    /// helper, else this host's own. A link that is not up yet still gives
-    /// a host (its calls then fail, naming the host, and the lease holds).
-    pub(crate) async fn host(&self, daos: &Daos, profile: &str) -> Result<Host, String> {
+    /// The lease's part on the job's other GPU host, through its helper;
+    /// `Ok(None)`: the job is on this host (its part is
+    /// [`Daos::host`]'s). A link that is not up yet still gives a host
+    /// (its calls then fail, naming the host, and the lease holds); `Err`
+    /// when the job's host cannot be named as configured.
+    pub(crate) async fn host(&self, daos: &Daos, profile: &str) -> Result<Option<Host>, String> {
         match &self.remote {
             Err(e) => Err(e.clone()),
-            Ok(None) => daos.host(profile).map_err(|e| e.to_string()),
+            Ok(None) => Ok(None),
             Ok(Some((links, run_dir))) => {
                 let up = links.ensure_all_up(self.timeout).await;
                 for n in &up.nodes {
@@ -74,7 +76,30 @@ impl ClientLink {
                     .ok_or_else(|| "no link to the job's host".to_string())?;
                 let node = Node::new(l.name(), l.sockets().node_sock);
                 daos.remote_host(profile, node, run_dir.clone())
+                    .map(Some)
                     .map_err(|e| e.to_string())
+            }
+        }
+    }
+
+    /// [`ClientLink::host`] for a cleanup of `lease`: when the job's other
+    /// host cannot be named, the lease is held with that reason (a cleanup
+    /// on this host instead would confirm nothing of that host's part).
+    pub(crate) async fn cleanup_host(
+        &self,
+        daos: &Daos,
+        profile: &str,
+        lease: &str,
+    ) -> Result<Option<Host>, crate::Error> {
+        match self.host(daos, profile).await {
+            Ok(h) => Ok(h),
+            Err(e) => {
+                let reason = format!("cannot clean up the lease's part on its GPU host: {e}");
+                let held = daos.hold(lease, &reason);
+                Err(crate::Error::Held(format!(
+                    "lease {lease}: {reason}{}; an operator runs `gpuq-slurm recover` once it is mended",
+                    held.err().map(|e| format!(" (and holding it failed: {e})")).unwrap_or_default()
+                )))
             }
         }
     }

@@ -310,10 +310,11 @@ pub async fn setup(
         }
     }
     // The lease's client side (files, agent) is on the job's host, known
-    // before the data-in makes it: a job that asks for one host that
-    // serves DAOS jobs stays there, one that asks for none is pinned to
-    // this host, one that asks for any other node list is refused — all
-    // before Slurm allocates it (setup runs while the job is pending).
+    // and recorded before the data-in makes it: a job that asks for one
+    // host that serves DAOS jobs stays there, one that asks for none is
+    // pinned to the first idle one (else this host), one that asks for any
+    // other node list is refused — all before Slurm allocates it (setup
+    // runs while the job is pending).
     let (pinned, host) = pin(&st.cfg, job).await?;
     let now = gpuq_protocol::time::now();
     let r = JobRecord {
@@ -363,10 +364,12 @@ pub async fn data_in(
     let steps = SlurmSteps::for_job(&st.cfg, &r);
     let client = ClientLink::start(&st.cfg, r.host.as_deref());
     let out = async {
-        let mut host = client
-            .host(&daos, &r.profile)
-            .await
-            .map_err(Error::Failed)?;
+        let mut host = match client.host(&daos, &r.profile).await.map_err(Error::Failed)? {
+            Some(h) => h,
+            None => daos
+                .host(&r.profile)
+                .map_err(|e| Error::Failed(e.to_string()))?,
+        };
         host.set_stop(abandoned.clone());
         let owner = format!("slurm job {job} (uid {})", r.uid);
         let prepared = daos
@@ -384,7 +387,7 @@ pub async fn data_in(
             Err(_) if gone => "Slurm gave this data-in up (scancel or StageInTimeout)".to_string(),
             Err(e) => e.to_string(),
         };
-        let here = client.host(&daos, &r.profile).await.ok();
+        let here = client.cleanup_host(&daos, &r.profile, &r.lease).await?;
         match daos.cleanup_on(&r.lease, here, &steps).await {
             Ok(_) if gone => {
                 st.remove_record(job)?;
@@ -507,12 +510,7 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
     let steps = SlurmSteps::for_job(&st.cfg, &r);
     let client = ClientLink::start(&st.cfg, r.host.as_deref());
     let out = async {
-        let here = Some(
-            client
-                .host(&daos, &r.profile)
-                .await
-                .map_err(Error::Failed)?,
-        );
+        let here = client.cleanup_host(&daos, &r.profile, &r.lease).await?;
         let active = daos.active().filter(|l| l.lease == r.lease);
         let Some(l) = active else {
             return Err(Error::Failed(format!(
@@ -576,12 +574,7 @@ pub async fn recover(st: &State) -> Result<String, Error> {
         let mut lines = Vec::new();
         if daos.active().is_some() {
             let here = match &record {
-                Some(r) => Some(
-                    client
-                        .host(&daos, &r.profile)
-                        .await
-                        .map_err(|e| Error::Held(format!("recover did not start: {e}")))?,
-                ),
+                Some(r) => client.cleanup_host(&daos, &r.profile, &r.lease).await?,
                 None => None,
             };
             let m = daos
