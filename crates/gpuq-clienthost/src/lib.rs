@@ -77,6 +77,9 @@ pub enum ClientError {
     /// The agent did not come up.
     #[error("{0}")]
     Agent(String),
+    /// A lease's `client.json` that cannot be trusted or read.
+    #[error("{}: {detail}", path.display())]
+    Record { path: PathBuf, detail: String },
 }
 
 /// What the client side needs to know about the DAOS system of a profile.
@@ -154,6 +157,36 @@ fn control_config_in(run_dir: &Path, lease: &str) -> PathBuf {
 
 fn agent_dir_in(run_dir: &Path, lease: &str) -> PathBuf {
     run_dir.join(lease).join("agent")
+}
+
+/// The record of `lease` under `run_dir`, if this host's helper wrote one:
+/// read only if root alone could have written it (gpuq-conffile's check:
+/// no link, root's, not writable by others, in root's directory).
+pub fn read_record(run_dir: &Path, lease: &str) -> Result<Option<ClientRecord>, ClientError> {
+    let path = run_dir.join(lease).join(RECORD);
+    let bad = |detail: String| ClientError::Record {
+        path: path.clone(),
+        detail,
+    };
+    let text = match gpuq_conffile::read_trusted(&path) {
+        Ok(t) => t,
+        Err(gpuq_conffile::ConfFileError::Read { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            return Ok(None)
+        }
+        Err(e) => return Err(bad(e.to_string().replace('\n', "; "))),
+    };
+    let r: ClientRecord = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+    if r.lease != lease {
+        return Err(bad(format!("names lease {}, not {lease}", r.lease)));
+    }
+    Ok(Some(r))
+}
+
+/// Whether the agent of `lease` under `run_dir` listens on its socket.
+pub fn agent_up(run_dir: &Path, lease: &str) -> bool {
+    agent_listens(&agent_dir_in(run_dir, lease).join("daos_agent.sock"))
 }
 
 /// Whether `stop` (a preparation's stop signal) has turned true.
@@ -393,49 +426,6 @@ impl ClientHost {
         let bytes = serde_json::to_vec_pretty(record).unwrap_or_default();
         gpuq_durable::write_atomic(&path, &bytes, 0o600)
             .map_err(|source| ClientError::Files { path, source })
-    }
-
-    /// The record of `lease` on this host, if its helper wrote one: read
-    /// without following a link, from root's own file only.
-    pub fn read_record(&self, lease: &str) -> Result<Option<ClientRecord>, ClientError> {
-        use std::io::Read;
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let path = self.lease_dir(lease).join(RECORD);
-        let files = |source| ClientError::Files {
-            path: path.clone(),
-            source,
-        };
-        let mut f = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(files(e)),
-        };
-        let m = f.metadata().map_err(files)?;
-        if !m.is_file() || m.uid() != 0 || m.mode() & 0o077 != 0 || m.len() > 64 * 1024 {
-            return Err(files(std::io::Error::other(
-                "not root's own small file: not trusted",
-            )));
-        }
-        let mut text = String::new();
-        f.read_to_string(&mut text).map_err(files)?;
-        let r: ClientRecord =
-            serde_json::from_str(&text).map_err(|e| files(std::io::Error::other(e.to_string())))?;
-        if r.lease != lease {
-            return Err(files(std::io::Error::other(format!(
-                "names lease {}, not {lease}",
-                r.lease
-            ))));
-        }
-        Ok(Some(r))
-    }
-
-    /// Whether the lease's agent listens on its socket here.
-    pub fn agent_up(&self, lease: &str) -> bool {
-        agent_listens(&self.agent_dir(lease).join("daos_agent.sock"))
     }
 
     /// Write the lease's files on this host (see the module's table).
@@ -747,6 +737,43 @@ fn agent_listens(sock: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::agent_listens;
+
+    #[test]
+    fn a_record_is_read_only_if_root_alone_could_have_written_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path();
+        std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let lease = run_dir.join("slurm7-100");
+        std::fs::create_dir(&lease).unwrap();
+        std::fs::set_permissions(&lease, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(super::read_record(run_dir, "slurm7-100").unwrap(), None);
+        let rec = lease.join(super::RECORD);
+        let good = r#"{"lease":"slurm7-100","profile":"test","owner_uid":61001}"#;
+        std::fs::write(&rec, good).unwrap();
+        std::fs::set_permissions(&rec, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            super::read_record(run_dir, "slurm7-100").unwrap().unwrap().owner_uid,
+            61001
+        );
+        // Writable by others, another user's, a link, another lease's.
+        std::fs::set_permissions(&rec, std::fs::Permissions::from_mode(0o622)).unwrap();
+        assert!(super::read_record(run_dir, "slurm7-100").is_err());
+        std::fs::set_permissions(&rec, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&rec, Some(61001), None).unwrap();
+        assert!(super::read_record(run_dir, "slurm7-100").is_err());
+        std::fs::remove_file(&rec).unwrap();
+        let elsewhere = run_dir.join("other.json");
+        std::fs::write(&elsewhere, good).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &rec).unwrap();
+        let e = super::read_record(run_dir, "slurm7-100").unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        std::fs::remove_file(&rec).unwrap();
+        std::fs::write(&rec, good.replace("slurm7-100", "slurm8-100")).unwrap();
+        let e = super::read_record(run_dir, "slurm7-100").unwrap_err().to_string();
+        assert!(e.contains("names lease slurm8-100"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
 
     #[test]
     fn an_agent_socket_is_ready_only_once_it_listens_of_either_type_and_never_through_a_symlink() {

@@ -186,19 +186,25 @@ mod tests {
         assert_eq!((etc.uid(), etc.mode() & 0o777), (0, 0o700));
         let rec = std::fs::metadata(lease.join(gpuq_clienthost::RECORD)).unwrap();
         assert_eq!((rec.uid(), rec.mode() & 0o777), (0, 0o600));
-        let h = host(&c, "slurm7-100", "test", None).unwrap();
+        let run_dir = dir.path().join("client");
         assert_eq!(
-            h.read_record("slurm7-100").unwrap(),
+            gpuq_clienthost::read_record(&run_dir, "slurm7-100").unwrap(),
             Some(gpuq_clienthost::ClientRecord {
                 lease: "slurm7-100".into(),
                 profile: "test".into(),
                 owner_uid: 61001,
             })
         );
-        assert_eq!(h.read_record("slurm8-100").unwrap(), None);
+        assert_eq!(
+            gpuq_clienthost::read_record(&run_dir, "slurm8-100").unwrap(),
+            None
+        );
         // A repeat (a driver that died half-way) gives the same files.
         files(&c, "slurm7-100", &req(61001, "test")).unwrap();
-        assert!(!h.agent_up("slurm7-100"), "no agent was started");
+        assert!(
+            !gpuq_clienthost::agent_up(&run_dir, "slurm7-100"),
+            "no agent was started"
+        );
     }
 
     #[test]

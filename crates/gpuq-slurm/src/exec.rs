@@ -133,27 +133,6 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
             "{node} is neither agent_host nor one of [[slurm.gpu_hosts]]"
         ))
     })?;
-    let any = cfg
-        .daos
-        .profiles
-        .keys()
-        .next()
-        .ok_or_else(|| Refusal::Failed("no [daos.profiles]".into()))?;
-    // This host's client side (run dir, Podman), for any profile: the
-    // lease's own profile is read from its record below.
-    let here = |profile: &str| -> Result<Host, Refusal> {
-        let h = gpuq_lifecycle::daos::host_for(&cfg.daos, profile)
-            .map_err(|e| Refusal::Failed(e.to_string()))?;
-        Ok(Host::new(
-            g.podman_socket.clone(),
-            g.run_dir.clone(),
-            h.profile,
-        ))
-    };
-    let probe = here(any)?;
-    let client = probe
-        .local()
-        .ok_or_else(|| Refusal::Failed("no local client side".into()))?;
     let entries = match std::fs::read_dir(&g.run_dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_in_job(node)),
@@ -176,23 +155,27 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
     let Some((lease, job)) = found else {
         return Err(not_in_job(node));
     };
-    let record = client
-        .read_record(&lease)
+    let record = gpuq_clienthost::read_record(&g.run_dir, &lease)
         .map_err(|e| Refusal::Failed(e.to_string()))?
         .ok_or_else(|| {
             Refusal::Refused(format!(
                 "the DAOS system of Slurm job {job} is not up (lease {lease} has no client side on {node})"
             ))
         })?;
-    // The owner as the helper recorded it and as Slurm has it.
-    let slurm_owner = slurmcmd::squeue(cfg, job, "%U|%G")
+    // The owner as the helper recorded it and as Slurm has it, and the
+    // job's WorkDir (last: it is the owner's text and may hold a `|`).
+    let fields = slurmcmd::squeue(cfg, job, "%U|%G|%Z")
         .await
         .map_err(fail)?
         .ok_or_else(|| Refusal::Refused(format!("Slurm no longer knows job {job}")))?;
-    let (owner, gid) = slurm_owner
-        .split_once('|')
-        .and_then(|(u, g)| Some((u.parse::<u32>().ok()?, g.parse::<u32>().ok()?)))
-        .ok_or_else(|| Refusal::Failed(format!("squeue: job {job}: {slurm_owner:?}")))?;
+    let mut f = fields.splitn(3, '|');
+    let (owner, gid, work_dir) = match (f.next(), f.next(), f.next()) {
+        (Some(u), Some(g), Some(w)) => match (u.parse::<u32>(), g.parse::<u32>()) {
+            (Ok(u), Ok(g)) => (u, g, w.to_string()),
+            _ => return Err(Refusal::Failed(format!("squeue: job {job}: {fields:?}"))),
+        },
+        _ => return Err(Refusal::Failed(format!("squeue: job {job}: {fields:?}"))),
+    };
     if record.owner_uid != owner {
         return Err(Refusal::Failed(format!(
             "lease {lease} on {node} is recorded for uid {}, but Slurm job {job} is uid {owner}'s; an operator must look",
@@ -202,7 +185,7 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
     if owner != uid {
         return Err(not_yours(job, owner));
     }
-    if !client.agent_up(&lease) {
+    if !gpuq_clienthost::agent_up(&g.run_dir, &lease) {
         return Err(Refusal::Refused(format!(
             "the DAOS system of Slurm job {job} is not up (lease {lease}'s agent is not listening on {node})"
         )));
@@ -218,8 +201,10 @@ async fn on_gpu_host(cfg: &Config, node: &str, pid: u32, uid: u32) -> Result<Exe
                 record.profile
             ))
         })?;
-    let host = here(&record.profile)?;
-    let work_dir = work_dir(cfg, job).await?;
+    // This host's client side: its own Podman and run dir.
+    let h = gpuq_lifecycle::daos::host_for(&cfg.daos, &record.profile)
+        .map_err(|e| Refusal::Failed(e.to_string()))?;
+    let host = Host::new(g.podman_socket.clone(), g.run_dir.clone(), h.profile);
     Ok(ExecJob {
         job,
         uid: owner,
