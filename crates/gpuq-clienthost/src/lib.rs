@@ -214,7 +214,7 @@ pub async fn pause(stop: &Option<tokio::sync::watch::Receiver<bool>>, d: Duratio
 /// A lease's DAOS variables for its job, from the configuration alone
 /// (no link, no container): `DAOS_SYSTEM`, the control config and the
 /// agent's socket dir under `run_dir`, then the profile's own `env`.
-/// [`Host::job_env`] and gpuq-slurm's `paths` both say exactly this.
+/// gpuq-lifecycle's `Host::job_env` and gpuq-slurm's `paths` both say exactly this.
 pub fn job_env(
     run_dir: &Path,
     system: &str,
@@ -601,7 +601,7 @@ impl ClientHost {
     /// evicts its pool handles; daos.md), confirmed by its process leaving
     /// (seen in `/proc`, or Podman's own stop where it cannot be seen). The
     /// stopped container is removed alongside `dmg system stop`
-    /// ([`Host::remove_agent`]).
+    /// ([`ClientHost::remove_agent`]).
     pub async fn stop_agent(&self, lease: &str) -> Result<String, ClientError> {
         let pm = self.podman().await?;
         let filter = LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, Role::Agent.as_str());
@@ -625,7 +625,7 @@ impl ClientHost {
         })
     }
 
-    /// The agent's container, stopped by [`Host::stop_agent`], removed
+    /// The agent's container, stopped by [`ClientHost::stop_agent`], removed
     /// while `dmg system stop` runs (stopped first if it runs again, e.g.
     /// after a restart); confirmed like every removal.
     pub async fn remove_agent(&self, lease: &str) -> Result<String, ClientError> {
@@ -645,32 +645,6 @@ impl ClientHost {
         } else {
             "lease files removed".to_string()
         })
-    }
-
-    /// Cleanup step: `dmg system stop` (again with `--force` if a rank did
-    /// not stop). A system that was never formatted, or whose servers no
-    /// longer answer, has nothing to stop; so has one whose dmg node
-    /// refuses the command (it holds no such lease, or its server
-    /// container is not running, or the lease was started without dmg
-    /// access there): the nodes' server stop that follows stops and
-    /// confirms.
-    /// Names of this lease's containers on the host (for status).
-    pub async fn containers(&self, lease: &str) -> Result<Vec<String>, ClientError> {
-        let pm = self.podman().await?;
-        let list = pm
-            .container_list(&LabelFilter::lease(lease))
-            .await
-            .map_err(container("list", "the lease's containers"))?;
-        Ok(list
-            .iter()
-            .map(|c| {
-                format!(
-                    "{} {}",
-                    c.names.first().cloned().unwrap_or_default(),
-                    c.state
-                )
-            })
-            .collect())
     }
 }
 
@@ -753,7 +727,10 @@ mod tests {
         std::fs::write(&rec, good).unwrap();
         std::fs::set_permissions(&rec, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(
-            super::read_record(run_dir, "slurm7-100").unwrap().unwrap().owner_uid,
+            super::read_record(run_dir, "slurm7-100")
+                .unwrap()
+                .unwrap()
+                .owner_uid,
             61001
         );
         // Writable by others, another user's, a link, another lease's.
@@ -766,11 +743,15 @@ mod tests {
         let elsewhere = run_dir.join("other.json");
         std::fs::write(&elsewhere, good).unwrap();
         std::os::unix::fs::symlink(&elsewhere, &rec).unwrap();
-        let e = super::read_record(run_dir, "slurm7-100").unwrap_err().to_string();
+        let e = super::read_record(run_dir, "slurm7-100")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("symbolic link"), "{e}");
         std::fs::remove_file(&rec).unwrap();
         std::fs::write(&rec, good.replace("slurm7-100", "slurm8-100")).unwrap();
-        let e = super::read_record(run_dir, "slurm7-100").unwrap_err().to_string();
+        let e = super::read_record(run_dir, "slurm7-100")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("names lease slurm8-100"), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }

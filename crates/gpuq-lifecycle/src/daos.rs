@@ -94,19 +94,19 @@ impl Daos {
         run_dir: PathBuf,
     ) -> Result<Host, DaosError> {
         let local = host_for(&self.cfg, profile)?;
-        let host = Host::remote(node, run_dir, local.profile);
-        Ok(match self.dmg_node() {
+        Ok(self.with_dmg(Host::remote(node, run_dir, local.profile)))
+    }
+
+    /// `host` with this site's dmg node, if it has one.
+    fn with_dmg(&self, host: Host) -> Host {
+        match self.dmg_node() {
             Some(n) => host.with_dmg_node(n),
             None => host,
-        })
+        }
     }
 
     pub fn host(&self, profile: &str) -> Result<Host, DaosError> {
-        let host = host_for(&self.cfg, profile)?;
-        Ok(match self.dmg_node() {
-            Some(n) => host.with_dmg_node(n),
-            None => host,
-        })
+        Ok(self.with_dmg(host_for(&self.cfg, profile)?))
     }
 
     /// The node whose server container runs the lease's `dmg`: the first
@@ -123,10 +123,7 @@ impl Daos {
     /// an error: nothing is done with a configuration that does not say how.
     fn lifecycle(&self, profile: &str, client: Option<Host>) -> Result<Lifecycle, DaosError> {
         let host = match client {
-            Some(h) => match self.dmg_node() {
-                Some(n) => h.with_dmg_node(n),
-                None => h,
-            },
+            Some(h) => self.with_dmg(h),
             None => self.host(profile)?,
         };
         let replicas = self
@@ -369,14 +366,14 @@ impl Daos {
     /// unconfirmed step; `local` is the caller's part of that lease (see
     /// [`Daos::host`] for this host's).
     pub async fn recover(&self, local: &dyn LocalSteps) -> Result<String, DaosError> {
-        self.recover_on(&|_| None, local).await
+        self.recover_on(None, local).await
     }
 
-    /// [`Daos::recover`] with the held lease's client side where
-    /// `client_of(lease)` says (`None`: this host's).
+    /// [`Daos::recover`] with the held lease's client side on `client`
+    /// (`None`: this host's, from the configuration).
     pub async fn recover_on(
         &self,
-        client_of: &(dyn Fn(&Lease) -> Option<Host> + Sync),
+        client: Option<Host>,
         local: &dyn LocalSteps,
     ) -> Result<String, DaosError> {
         if let Ok(Some(b)) = self.store.blocked() {
@@ -391,7 +388,7 @@ impl Daos {
             return Err(LifecycleError::NothingToRecover.into());
         };
         let _ = self.links.ensure_all_up(self.link_timeout()).await;
-        let lc = self.lifecycle(&l.profile, client_of(&l))?;
+        let lc = self.lifecycle(&l.profile, client)?;
         let lease = l.lease.clone();
         lc.recover(Some(l), local).await?;
         Ok(format!(

@@ -154,14 +154,6 @@ impl Host {
         }
     }
 
-    /// The GPU host the client side is on (`None`: this one).
-    pub fn remote_node(&self) -> Option<&str> {
-        match &self.client {
-            ClientSide::Local(_) => None,
-            ClientSide::Remote { node, .. } => Some(&node.name),
-        }
-    }
-
     /// The job's DAOS variables (mission.md §4 step 5).
     pub fn job_env(&self, lease: &str) -> Vec<(String, String)> {
         job_env(

@@ -532,7 +532,7 @@ pub async fn teardown(st: &State, job: u64) -> Result<String, Error> {
                 )))
             }
             Phase::Held { step: None, .. } => {
-                daos.recover_on(&|_| here.clone(), &steps).await.map(Some)
+                daos.recover_on(here, &steps).await.map(Some)
             }
             _ => daos.cleanup_on(&r.lease, here, &steps).await,
         };
@@ -578,7 +578,7 @@ pub async fn recover(st: &State) -> Result<String, Error> {
                 None => None,
             };
             let m = daos
-                .recover_on(&|_| here.clone(), &steps)
+                .recover_on(here, &steps)
                 .await
                 .map_err(|e| Error::Held(format!("recover did not finish: {e}")))?;
             lines.push(m);
