@@ -1073,7 +1073,9 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
          export GPUQ_SOCKET={sock}\n\
          {g} daos-exec -- bash -euc 'dmg -o \"$DAOS_CONTROL_CONFIG\" system query; dmg -o \"$DAOS_CONTROL_CONFIG\" pool create --size=32G --nsvc=1 --nranks=4 seed-pool; daos -G \"$DAOS_SYSTEM\" container create --type=POSIX seed-pool seed-data' > {o}/seed.out 2>&1; echo seed=$? >> {o}/codes\n\
          {g} daos-exec -- sh -c 'id -u; pwd; echo $SLURM_JOB_ID' > {o}/ids 2>&1\n\
-         touch {o}/ready\nwhile [ ! -e {o}/go ]; do sleep 0.2; done\n",
+         touch {o}/ready\nwhile [ ! -e {o}/again ]; do sleep 0.2; done\n\
+         {g} daos-exec -- true 2> {o}/again.err; echo $? > {o}/again.rc\n\
+         while [ ! -e {o}/go ]; do sleep 0.2; done\n",
         dmg = dmg_on_host(),
     );
     let j = s
@@ -1165,6 +1167,28 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
         assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     }
     assert_eq!(s.c.containers("gpu2"), on_gpu2, "nothing was started");
+    // The job's own call, once gpu2's record of the lease names another
+    // owner than Slurm does: refused in one line, nothing started.
+    let record = lease_dir.join("client.json");
+    let kept = std::fs::read_to_string(&record).unwrap();
+    std::fs::write(&record, kept.replace(&ALICE.to_string(), &BOB.to_string())).unwrap();
+    std::fs::write(dir.join("again"), "").unwrap();
+    assert!(
+        eventually(60, || dir.join("again.rc").exists()),
+        "{}",
+        s.logs()
+    );
+    assert_ne!(read(&dir, "again.rc").trim(), "0");
+    let err = read(&dir, "again.err");
+    assert!(
+        err.contains(&format!(
+            "is recorded for uid {BOB}, but Slurm job {j} is uid {ALICE}'s"
+        )),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(s.c.containers("gpu2"), on_gpu2, "nothing was started");
+    std::fs::write(&record, kept).unwrap();
     std::fs::write(dir.join("go"), "").unwrap();
     assert_eq!(s.wait_end(j, 60), "COMPLETED", "{}", s.logs());
     // The teardown removed the agent and the files on gpu2.
