@@ -311,10 +311,40 @@ async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_c
 struct Paused(i64);
 
 impl Paused {
+    /// Returns once every thread of `pid` is stopped: `kill` returns when
+    /// the signal is queued, and until one of its threads runs the group
+    /// stop the others go on (a loaded CI machine answered a request in
+    /// that window).
     fn new(pid: i64) -> Self {
         signal(pid, "STOP");
-        Paused(pid)
+        let paused = Paused(pid);
+        let until = Instant::now() + Duration::from_secs(10);
+        loop {
+            let running = threads_not_stopped(pid);
+            if running.is_empty() {
+                return paused;
+            }
+            assert!(
+                Instant::now() < until,
+                "threads of {pid} still not stopped 10 s after SIGSTOP: {running:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
+}
+
+/// The threads of `pid` whose state (field 3 of /proc/PID/task/TID/stat)
+/// is not `T` (stopped).
+fn threads_not_stopped(pid: i64) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("list the threads")
+        .filter_map(|e| {
+            let tid = e.ok()?.file_name().to_string_lossy().into_owned();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+            let state = stat[stat.rfind(')')? + 2..].split_whitespace().next()?.to_string();
+            (state != "T").then(|| format!("{tid}:{state}"))
+        })
+        .collect()
 }
 
 impl Drop for Paused {
