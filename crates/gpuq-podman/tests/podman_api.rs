@@ -341,7 +341,10 @@ fn threads_not_stopped(pid: i64) -> Vec<String> {
         .filter_map(|e| {
             let tid = e.ok()?.file_name().to_string_lossy().into_owned();
             let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-            let state = stat[stat.rfind(')')? + 2..].split_whitespace().next()?.to_string();
+            let state = stat[stat.rfind(')')? + 2..]
+                .split_whitespace()
+                .next()?
+                .to_string();
             (state != "T").then(|| format!("{tid}:{state}"))
         })
         .collect()
