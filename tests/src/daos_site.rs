@@ -205,13 +205,13 @@ impl Site {
 /// the test fails. By the PID the cluster's manifest recorded.
 #[derive(Debug)]
 pub struct Frozen {
-    pid: i32,
-    what: String,
+    _stopped: gpuq_podman_harness::Sigstopped,
 }
 
 impl Frozen {
     /// SIGSTOP `host`'s `role` (`node`: the helper, `podman`: the Podman
-    /// service), by the PID the harness recorded for it.
+    /// service), by the PID the harness recorded for it; returns once it is
+    /// stopped.
     pub fn freeze(c: &Cluster, host: &str, role: &str) -> Frozen {
         let pid = c
             .recorded_pid(host, role)
@@ -223,28 +223,13 @@ impl Frozen {
             "podman"
         };
         assert_eq!(comm.trim(), want, "PID {pid} recorded for {host}'s {role}");
-        let what = format!("{host}'s {role} (PID {pid})");
-        nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(pid),
-            nix::sys::signal::Signal::SIGSTOP,
-        )
-        .unwrap_or_else(|e| panic!("SIGSTOP {what}: {e}"));
-        Frozen { pid, what }
+        Frozen {
+            _stopped: gpuq_podman_harness::Sigstopped::new(pid, &format!("{host}'s {role}")),
+        }
     }
 
     /// SIGCONT now (the drop does nothing more).
     pub fn thaw(self) {}
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        if let Err(e) = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid),
-            nix::sys::signal::Signal::SIGCONT,
-        ) {
-            eprintln!("SIGCONT {}: {e}", self.what);
-        }
-    }
 }
 
 pub fn daos_tables(c: &Cluster, broker_dir: &Path, image: &str) -> String {

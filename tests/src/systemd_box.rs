@@ -242,9 +242,12 @@ impl SystemdBox {
     /// it acts on a request, as a busy host would. Do not call `systemctl`
     /// while it is held.
     pub fn hold_systemd(&self) -> HeldSystemd {
-        let pid = nix::unistd::Pid::from_raw(self.init_host_pid());
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP systemd");
-        HeldSystemd { pid }
+        HeldSystemd {
+            _stopped: gpuq_podman_harness::Sigstopped::new(
+                self.init_host_pid(),
+                "the box's systemd",
+            ),
+        }
     }
 
     /// `podman` with this box's storage and configuration.
@@ -591,13 +594,7 @@ impl SystemdBox {
 /// The box's systemd stopped; dropping this lets it go on.
 #[derive(Debug)]
 pub struct HeldSystemd {
-    pid: nix::unistd::Pid,
-}
-
-impl Drop for HeldSystemd {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGCONT);
-    }
+    _stopped: gpuq_podman_harness::Sigstopped,
 }
 
 impl Drop for SystemdBox {

@@ -7,7 +7,7 @@
 //! every cluster test. Nothing of Slurm is simulated.
 
 use gpuq_system_tests::cluster::*;
-use gpuq_system_tests::daos_site::{daos_tables, dmg_on_host};
+use gpuq_system_tests::daos_site::{daos_tables, dmg_on_host, Frozen};
 use gpuq_system_tests::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -974,23 +974,6 @@ export GPUQ_SOCKET={sock}
     let _ = b.terminate();
 }
 
-/// SIGCONT for a process this test stopped, also when it panics.
-struct Stopped(nix::unistd::Pid);
-
-impl Stopped {
-    fn stop(pid: i32) -> Stopped {
-        let p = nix::unistd::Pid::from_raw(pid);
-        nix::sys::signal::kill(p, nix::sys::signal::Signal::SIGSTOP).unwrap();
-        Stopped(p)
-    }
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(self.0, nix::sys::signal::Signal::SIGCONT);
-    }
-}
-
 #[test]
 fn scancel_during_the_teardown_changes_nothing_and_the_teardown_finishes() {
     require_slurm!();
@@ -1000,8 +983,7 @@ fn scancel_during_the_teardown_changes_nothing_and_the_teardown_finishes() {
     // da3's helper stops answering (SIGSTOP, by its recorded PID): the
     // teardown will wait in its stop_servers step, well within the step's
     // deadline.
-    let pid = s.c.recorded_pid("da3", "node").expect("da3's gpuq-node");
-    let stopped = Stopped::stop(pid);
+    let stopped = Frozen::freeze(&s.c, "da3", "node");
     std::fs::write(a_dir.join("go"), "").unwrap();
     assert_eq!(s.wait_end(a, 60), "COMPLETED", "{}", s.logs());
     assert!(

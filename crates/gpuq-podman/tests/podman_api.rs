@@ -10,7 +10,7 @@ use gpuq_podman::{
     lease_labels, ContainerSpec, Error, ExecSpec, ImageArchive, ImageId, LabelFilter, LibpodClient,
     LogOptions, Namespace, ObjectKind, Podman, Role, LABEL_ROLE,
 };
-use gpuq_podman_harness::{service_or_skip, PodmanService, TestImage};
+use gpuq_podman_harness::{service_or_skip, PodmanService, Sigstopped, TestImage};
 
 const TAG: &str = "localhost/gpuq-test:latest";
 
@@ -306,65 +306,6 @@ async fn stop_local_leaves_the_stop_to_podman_when_the_reported_pid_is_not_the_c
     stop_stubborn(&client, &image, gpuq_podman::Stopped::ByPodman).await;
 }
 
-/// SIGSTOPs a process for as long as it lives (SIGCONT on drop, also when
-/// the test fails).
-struct Paused(i64);
-
-impl Paused {
-    /// Returns once every thread of `pid` is stopped: `kill` returns when
-    /// the signal is queued, and until one of its threads runs the group
-    /// stop the others go on (a loaded CI machine answered a request in
-    /// that window).
-    fn new(pid: i64) -> Self {
-        signal(pid, "STOP");
-        let paused = Paused(pid);
-        let until = Instant::now() + Duration::from_secs(10);
-        loop {
-            let running = threads_not_stopped(pid);
-            if running.is_empty() {
-                return paused;
-            }
-            assert!(
-                Instant::now() < until,
-                "threads of {pid} still not stopped 10 s after SIGSTOP: {running:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-/// The threads of `pid` whose state (field 3 of /proc/PID/task/TID/stat)
-/// is not `T` (stopped).
-fn threads_not_stopped(pid: i64) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .expect("list the threads")
-        .filter_map(|e| {
-            let tid = e.ok()?.file_name().to_string_lossy().into_owned();
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
-            let state = stat[stat.rfind(')')? + 2..]
-                .split_whitespace()
-                .next()?
-                .to_string();
-            (state != "T").then(|| format!("{tid}:{state}"))
-        })
-        .collect()
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        signal(self.0, "CONT");
-    }
-}
-
-fn signal(pid: i64, sig: &str) {
-    let st = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(st.success(), "kill -{sig} {pid}");
-}
-
 /// The parent of `pid` (field 4 of /proc/PID/stat, after the command name).
 fn parent_of(pid: i64) -> i64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
@@ -416,7 +357,7 @@ async fn stop_local_returns_once_the_process_is_reaped_and_one_forced_delete_the
         .expect("inspect")
         .state
         .pid;
-    let conmon = Paused::new(parent_of(pid));
+    let conmon = Sigstopped::new(i32::try_from(parent_of(pid)).expect("pid"), "conmon");
     let stop = {
         let client = client.clone();
         let id = id.clone();
@@ -1138,7 +1079,7 @@ async fn a_stopped_podman_service_fails_each_request_at_its_deadline_and_the_con
     let before = open_sockets();
     // The service hangs (its socket still accepts: the kernel queues the
     // connection); SIGCONT on drop, also when the test fails.
-    let frozen = Paused::new(i64::from(svc.pid()));
+    let frozen = Sigstopped::new(i32::try_from(svc.pid()).expect("pid"), "the Podman service");
     for (what, call) in [
         (
             "container list",

@@ -32,6 +32,9 @@
 //! `[dev-dependencies]`. Never enable it in a production build: it runs the
 //! podman binary.
 
+mod frozen;
+pub use frozen::Sigstopped;
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
