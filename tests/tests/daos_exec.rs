@@ -237,13 +237,19 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
     let a = alice();
     let w = s.b.workdir(Some(&a), "alice");
     let g = gpuq();
-    // SIGTERM to the CLI: its container goes; then one left running when
-    // the job's script ends.
+    // SIGTERM to the CLI once its command runs: its container goes. Then
+    // SIGTERM at moments of the set-up (before the request, while the
+    // broker makes the container, just after): the same exit code, and
+    // nothing is left. Then one left running when the job's script ends.
     let script = format!(
         "{g} daos-exec -- sleep 300 & pid=$!; touch first; \
          while [ ! -e go1 ]; do sleep 0.1; done; kill -TERM $pid; wait $pid; echo $? > rc; \
+         for d in 0 0.05 0.1 0.2 0.4 0.8; do \
+           {g} daos-exec -- sleep 300 2>> early.err & p=$!; sleep $d; kill -TERM $p; wait $p; echo $? >> early; \
+         done; \
+         while [ ! -e go2 ]; do sleep 0.1; done; \
          touch second; {g} daos-exec -- sleep 300 2> second.err & \
-         while [ ! -e go2 ]; do sleep 0.1; done; exit 0"
+         while [ ! -e go3 ]; do sleep 0.1; done; exit 0"
     );
     let id = s.b.submit(
         Some(&a),
@@ -256,36 +262,51 @@ fn a_stopped_cli_or_the_jobs_end_removes_its_client_container() {
             .filter(|c| c.contains("-client-"))
             .count()
     };
+    // What a failure shows: the job's log, cxl2's containers, the broker's.
+    let why = || {
+        format!(
+            "job log:\n{}\ncxl2: {:?}\nearly.err: {}\nbroker:\n{}",
+            s.log(id),
+            s.containers("cxl2"),
+            std::fs::read_to_string(w.join("early.err")).unwrap_or_default(),
+            s.b.broker_log()
+        )
+    };
     assert!(
         eventually(120, || w.join("first").exists() && clients() == 1),
         "{}",
-        s.log(id)
+        why()
     );
     std::fs::write(w.join("go1"), "").unwrap();
     let rc = || std::fs::read_to_string(w.join("rc")).unwrap_or_default();
-    assert!(eventually(30, || rc().ends_with('\n')));
-    assert_eq!(std::fs::read_to_string(w.join("rc")).unwrap().trim(), "143");
-    let first_gone = || {
-        !s.containers("cxl2")
-            .iter()
-            .any(|c| c.contains("-client-0 "))
-    };
-    assert!(eventually(30, first_gone), "{:?}", s.containers("cxl2"));
+    assert!(eventually(30, || rc().ends_with('\n')), "{}", why());
+    assert_eq!(rc().trim(), "143", "{}", why());
+    let early = || std::fs::read_to_string(w.join("early")).unwrap_or_default();
+    assert!(
+        eventually(60, || early().lines().count() == 6),
+        "{:?}\n{}",
+        early(),
+        why()
+    );
+    assert!(
+        early().lines().all(|l| l == "143"),
+        "{:?}\n{}",
+        early(),
+        why()
+    );
+    // None of the seven sessions' containers is left.
+    assert!(eventually(30, || clients() == 0), "{}", why());
+    std::fs::write(w.join("go2"), "").unwrap();
     assert!(
         eventually(60, || w.join("second").exists() && clients() == 1),
-        "{:?} {}\n{}",
-        s.containers("cxl2"),
+        "second.err: {}\n{}",
         std::fs::read_to_string(w.join("second.err")).unwrap_or_default(),
-        s.b.broker_log()
+        why()
     );
-    std::fs::write(w.join("go2"), "").unwrap();
-    s.expect_end(id, "completed", 60);
+    std::fs::write(w.join("go3"), "").unwrap();
+    s.expect_end(id, "completed", 120);
     s.assert_clean();
-    assert!(
-        s.log(id).contains("cleanup remove_clients"),
-        "{}",
-        s.log(id)
-    );
+    assert!(s.log(id).contains("cleanup remove_clients"), "{}", why());
 }
 
 #[test]

@@ -46,7 +46,24 @@ pub async fn run(
         socket: client.socket().to_path_buf(),
         what: e.to_string(),
     })?;
-    let io = client.upgrade(routes::EXEC, wire::UPGRADE, body).await?;
+    // SIGTERM and SIGINT are ours from before the request: one that comes
+    // while the broker sets the session up ends the CLI with the same exit
+    // code as later, and the dropped connection tells the broker to remove
+    // what it made (rather than the signal's default action killing the
+    // CLI at some point of the set-up).
+    let signal_error = |e: std::io::Error| ClientError::Protocol {
+        socket: client.socket().to_path_buf(),
+        what: e.to_string(),
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(signal_error)?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .map_err(signal_error)?;
+    let io = tokio::select! {
+        r = client.upgrade(routes::EXEC, wire::UPGRADE, body) => r?,
+        _ = term.recv() => return Ok(143),
+        _ = int.recv() => return Ok(130),
+    };
     // Raw mode only once the session exists (a refusal leaves the terminal
     // as it was); restored when `_raw` drops, on every path out.
     let _raw = if tty {
@@ -76,15 +93,7 @@ pub async fn run(
         }
     });
     let mut winch = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change())
-        .map_err(|e| ClientError::Protocol {
-        socket: client.socket().to_path_buf(),
-        what: e.to_string(),
-    })?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|e| ClientError::Protocol {
-            socket: client.socket().to_path_buf(),
-            what: e.to_string(),
-        })?;
+        .map_err(signal_error)?;
     let sender = async move {
         // The terminal's size once more, now that the command runs (the
         // size sent with the request may have reached it too early).
@@ -165,7 +174,7 @@ pub async fn run(
         r = &mut receiver => r,
         _ = sender => receiver.await,
         _ = term.recv() => Ok(143),
-        _ = tokio::signal::ctrl_c() => Ok(130),
+        _ = int.recv() => Ok(130),
     };
     drop(_raw);
     match outcome {
