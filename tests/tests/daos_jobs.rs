@@ -9,6 +9,85 @@ use gpuq_system_tests::*;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// `--stor`: each node reports what its running kernel offers kernel
+/// storage jobs (from its module index; the test cluster's nodes share this
+/// machine's kernel, which has no Lustre server — no Debian kernel has);
+/// a `--stor lustre` submit is refused in one line naming every node and
+/// what its kernel lacks, and nothing is stored: no job, no lease, no
+/// container, no job log directory.
+#[test]
+fn stor_is_refused_in_one_line_naming_what_each_node_s_kernel_lacks_and_nothing_is_stored() {
+    require_cluster_env!();
+    require_env!();
+    let s = Site::up("dj-stor");
+    let a = alice();
+    let w = s.b.workdir(Some(&a), "alice");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let release = release.trim();
+    let mut st = s.b.gpuq(Some(&a), &["daos-status", "--json"]);
+    let up = eventually(30, || {
+        st = s.b.gpuq(Some(&a), &["daos-status", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&stdout(&st)).unwrap_or_default();
+        v["nodes"]
+            .as_array()
+            .is_some_and(|n| n.len() == 4 && n.iter().all(|n| n["link"] == "up"))
+    });
+    assert!(up, "{}{}", stdout(&st), stderr(&st));
+    let st: serde_json::Value = serde_json::from_str(&stdout(&st)).unwrap();
+    for n in st["nodes"].as_array().unwrap() {
+        let k = &n["status"]["kernel"];
+        assert_eq!(k["release"], release, "{n}");
+        assert_eq!(k["lustre_server"]["available"], false, "{n}");
+        let why = k["lustre_server"]["missing"].as_str().unwrap();
+        assert!(
+            why.starts_with(&format!(
+                "kernel {release} has no lnet, ptlrpc, mgs, mdt, ofd"
+            )),
+            "{why}"
+        );
+        for kind in ["nvmeof_target", "nfs_server"] {
+            assert!(k[kind]["available"].is_boolean(), "{n}");
+        }
+    }
+    let logs = s.b.path("logs");
+    let logs_before: Vec<_> = std::fs::read_dir(&logs)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    let out = s.b.gpuq_in(
+        Some(&a),
+        &w,
+        &[],
+        &["submit", "--stor", "lustre", "--", "true"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--stor lustre: not every storage node can serve it (da1, da2, da3, da4: kernel {release} has no lnet"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("use --inst"), "{err}");
+    // nvmeof, nfsrdma: refused too (this kernel may or may not have their
+    // modules; the stand-up is not built either way), one line each.
+    for kind in ["nvmeof", "nfsrdma"] {
+        let out =
+            s.b.gpuq_in(Some(&a), &w, &[], &["submit", "--stor", kind, "--", "true"]);
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("--stor {kind}")), "{err}");
+    }
+    // Nothing stored.
+    assert_eq!(s.b.job_count(), 0);
+    let logs_after: Vec<_> = std::fs::read_dir(&logs)
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(logs_before, logs_after);
+    s.assert_clean();
+}
+
 #[test]
 fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_job() {
     require_cluster_env!();

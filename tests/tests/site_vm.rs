@@ -381,6 +381,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
         &[
             "cluster-up-with-four-physical-nodes",
             "broker-start",
+            "nodes-report-their-kernels-for-stor-and-stor-lustre-is-refused-in-one-line",
             "an-unclaimed-site-refuses-a-physical-job-and-touches-no-device",
             "activate-plan-shows-devices-and-the-running-unit-and-changes-nothing",
             "an-activation-with-a-node-gone-holds-claims-the-others-and-recover-refuses",

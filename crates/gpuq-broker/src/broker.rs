@@ -328,12 +328,31 @@ impl Broker {
 
     // ── submit, list, status, cancel ─────────────────────────────────────
 
-    pub fn submit(&self, peer: &Peer, req: SubmitRequest) -> Result<SubmitResponse, ApiError> {
+    /// For a `--stor` submit (of a known kind, with `[daos]` on), what each
+    /// storage node's kernel offers; `None` for any other.
+    pub async fn stor_nodes(
+        &self,
+        req: &SubmitRequest,
+    ) -> Option<Vec<(String, Result<gpuq_protocol::node::StorKernel, String>)>> {
+        let kind = req.stor.as_deref()?;
+        if !crate::submit::STOR_KINDS.contains(&kind) {
+            return None;
+        }
+        Some(self.daos.as_ref()?.stor_kernels().await)
+    }
+
+    /// Check and store a job. `stor_nodes`: [`Broker::stor_nodes`].
+    pub fn submit(
+        &self,
+        peer: &Peer,
+        req: SubmitRequest,
+        stor_nodes: Option<&crate::submit::StorNodes>,
+    ) -> Result<SubmitResponse, ApiError> {
         let daos = match &self.daos {
             None => crate::submit::Daos::Off(&self.cfg),
             Some(d) => crate::submit::Daos::Profiles(d.config().profiles.keys().cloned().collect()),
         };
-        let limit = crate::submit::check(&req, &self.cfg, &daos)?;
+        let limit = crate::submit::check(&req, &self.cfg, &daos, stor_nodes)?;
         if !peer.is_root() {
             if let Some(l) = self.lock_state() {
                 return Err(ApiError::Locked(format!(

@@ -237,7 +237,11 @@ async fn route(
         }
         (Method::POST, ["v1", "jobs"]) => {
             let body: SubmitRequest = read_json(broker, req).await?;
-            Ok(json(StatusCode::CREATED, &broker.submit(peer, body)?))
+            let stor = broker.stor_nodes(&body).await;
+            Ok(json(
+                StatusCode::CREATED,
+                &broker.submit(peer, body, stor.as_deref())?,
+            ))
         }
         (Method::GET, ["v1", "jobs", id]) => {
             Ok(json(StatusCode::OK, &broker.job(peer, job_id(id)?)?))

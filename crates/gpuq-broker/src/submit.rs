@@ -5,10 +5,16 @@
 
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
+use gpuq_protocol::node::{StorKernel, Support};
 use gpuq_protocol::{duration, SubmitRequest};
 
 /// `--stor` kinds the product knows (mission.md §1; kernel storage jobs, not enabled yet).
 pub const STOR_KINDS: [&str; 3] = ["lustre", "nfsrdma", "nvmeof"];
+
+/// What each storage node's kernel offers `--stor` jobs (its helper's
+/// status; `Err` says why a node has no answer), asked for a `--stor`
+/// submit only.
+pub type StorNodes = [(String, Result<StorKernel, String>)];
 /// Longest `--name`, in characters.
 pub const MAX_NAME: usize = 64;
 
@@ -22,7 +28,12 @@ pub enum Daos<'a> {
 }
 
 /// Check `req`; the job's time limit in seconds if it may be stored.
-pub fn check(req: &SubmitRequest, cfg: &BrokerConfig, daos: &Daos<'_>) -> Result<u64, ApiError> {
+pub fn check(
+    req: &SubmitRequest,
+    cfg: &BrokerConfig,
+    daos: &Daos<'_>,
+    stor_nodes: Option<&StorNodes>,
+) -> Result<u64, ApiError> {
     let bad = |m: String| Err(ApiError::BadRequest(m));
     if req.argv.is_empty() || req.argv[0].is_empty() {
         return bad("no command given: use `gpuq submit -- CMD [ARGS...]`".into());
@@ -66,8 +77,20 @@ pub fn check(req: &SubmitRequest, cfg: &BrokerConfig, daos: &Daos<'_>) -> Result
                 STOR_KINDS.join(", ")
             ));
         }
+        if let Daos::Off(cfg) = daos {
+            // Kernel storage is served by the same four nodes.
+            return Err(ApiError::NotEnabled(
+                cfg.daos_off(&format!("--stor {kind}")),
+            ));
+        }
+        if let Some(why) = stor_nodes.and_then(|n| nodes_lacking(kind, n)) {
+            return Err(ApiError::NotEnabled(format!(
+                "--stor {kind}: not every storage node can serve it ({why}); \
+                 use --inst, or ask the operator for nodes whose kernel has it"
+            )));
+        }
         return Err(ApiError::NotEnabled(format!(
-            "kernel storage jobs (--stor {kind}) are not enabled on this broker"
+            "kernel storage jobs (--stor {kind}) are not enabled on this broker yet; use --inst"
         )));
     }
     if let Some(inst) = &req.inst {
@@ -87,6 +110,44 @@ pub fn check(req: &SubmitRequest, cfg: &BrokerConfig, daos: &Daos<'_>) -> Result
         }
     }
     Ok(limit)
+}
+
+/// The nodes that cannot serve `kind`, nodes with the same reason named
+/// together (`da1, da2: kernel … has no lnet, …`); `None` when all can.
+fn nodes_lacking(kind: &str, nodes: &StorNodes) -> Option<String> {
+    let mut why: Vec<(String, Vec<&str>)> = Vec::new();
+    for (node, r) in nodes {
+        let reason = match r {
+            Err(e) => e.clone(),
+            Ok(k) => match kernel_support(k, kind) {
+                Support {
+                    available: true, ..
+                } => continue,
+                Support { missing, .. } => {
+                    missing.clone().unwrap_or_else(|| "not available".into())
+                }
+            },
+        };
+        match why.iter_mut().find(|(r, _)| *r == reason) {
+            Some((_, names)) => names.push(node),
+            None => why.push((reason, vec![node])),
+        }
+    }
+    (!why.is_empty()).then(|| {
+        why.iter()
+            .map(|(reason, names)| format!("{}: {reason}", names.join(", ")))
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
+}
+
+/// What `kind` needs of a node's kernel.
+fn kernel_support<'k>(k: &'k StorKernel, kind: &str) -> &'k Support {
+    match kind {
+        "nvmeof" => &k.nvmeof_target,
+        "nfsrdma" => &k.nfs_server,
+        _ => &k.lustre_server,
+    }
 }
 
 #[cfg(test)]
@@ -126,10 +187,10 @@ mod tests {
     fn a_plain_request_gets_the_default_limit_or_its_own() {
         let c = cfg();
         let off = Daos::Off(&c);
-        assert_eq!(check(&req(&["true"]), &c, &off).unwrap(), 3600);
+        assert_eq!(check(&req(&["true"]), &c, &off, None).unwrap(), 3600);
         let mut r = req(&["true"]);
         r.time = Some("90m".into());
-        assert_eq!(check(&r, &c, &off).unwrap(), 5400);
+        assert_eq!(check(&r, &c, &off, None).unwrap(), 5400);
     }
 
     #[test]
@@ -230,7 +291,7 @@ mod tests {
             ),
         ];
         for (r, code, needle) in cases {
-            let (c2, msg) = refused(check(&r, &c, &off));
+            let (c2, msg) = refused(check(&r, &c, &off, None));
             assert_eq!(c2, code, "{msg}");
             assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
         }
@@ -242,10 +303,67 @@ mod tests {
         let p = Daos::Profiles(vec!["inst1".into(), "inst2".into()]);
         let mut r = req(&["true"]);
         r.inst = Some("inst2".into());
-        assert!(check(&r, &c, &p).is_ok());
+        assert!(check(&r, &c, &p, None).is_ok());
         r.inst = Some("inst3".into());
-        let (code, msg) = refused(check(&r, &c, &p));
+        let (code, msg) = refused(check(&r, &c, &p, None));
         assert_eq!(code, "bad_request");
         assert!(msg.contains("configured: inst1, inst2"), "{msg}");
+    }
+
+    #[test]
+    fn stor_names_the_nodes_whose_kernel_lacks_the_kind_grouped_by_reason_and_stores_nothing() {
+        let c = cfg();
+        let p = Daos::Profiles(vec!["inst1".into()]);
+        let yes = || Support {
+            available: true,
+            missing: None,
+        };
+        let no = |why: &str| Support {
+            available: false,
+            missing: Some(why.into()),
+        };
+        let kernel = |lustre: Support| StorKernel {
+            release: "6.1.0".into(),
+            nvmeof_target: yes(),
+            nfs_server: yes(),
+            lustre_server: lustre,
+        };
+        let nodes: Vec<(String, Result<StorKernel, String>)> = vec![
+            ("da1".into(), Ok(kernel(no("kernel 6.1.0 has no lnet")))),
+            ("da2".into(), Ok(kernel(yes()))),
+            ("da3".into(), Ok(kernel(no("kernel 6.1.0 has no lnet")))),
+            ("da4".into(), Err("not reachable: ssh: timed out".into())),
+        ];
+        let mut r = req(&["true"]);
+        r.stor = Some("lustre".into());
+        let (code, msg) = refused(check(&r, &c, &p, Some(&nodes)));
+        assert_eq!(code, "not_enabled");
+        assert_eq!(
+            msg,
+            "--stor lustre: not every storage node can serve it (da1, da3: kernel 6.1.0 has no lnet; \
+             da4: not reachable: ssh: timed out); use --inst, or ask the operator for nodes whose kernel has it"
+        );
+        // nvmeof: all four kernels have it but da4 did not answer.
+        r.stor = Some("nvmeof".into());
+        let (_, msg) = refused(check(&r, &c, &p, Some(&nodes)));
+        assert!(
+            msg.contains("(da4: not reachable: ssh: timed out)"),
+            "{msg}"
+        );
+        // Every node can: still refused (the stand-up is not built), in
+        // one line that says so.
+        let all: Vec<_> = ["da1", "da2", "da3", "da4"]
+            .iter()
+            .map(|n| (n.to_string(), Ok(kernel(yes()))))
+            .collect();
+        let (code, msg) = refused(check(&r, &c, &p, Some(&all)));
+        assert_eq!(code, "not_enabled");
+        assert!(msg.contains("not enabled on this broker yet"), "{msg}");
+        // Without [daos] there are no nodes to ask: the config's reason.
+        let (_, msg) = refused(check(&r, &c, &Daos::Off(&c), None));
+        assert!(
+            msg.contains("--stor nvmeof") && msg.contains("no [daos]"),
+            "{msg}"
+        );
     }
 }

@@ -871,6 +871,38 @@ impl Daos {
         })
     }
 
+    /// What every node's kernel offers `--stor` jobs (each helper's
+    /// `GET /v1/status`), at once, each within the request deadline (at
+    /// most 5 s: a submit waits for this). Results in configuration order;
+    /// `Err` says why a node has no answer.
+    pub async fn stor_kernels(
+        &self,
+    ) -> Vec<(String, Result<gpuq_protocol::node::StorKernel, String>)> {
+        use gpuq_protocol::node::NodeStatus;
+        self.ask_all::<NodeStatus>(
+            self.cfg.deadlines.request.min(Duration::from_secs(5)),
+            Method::GET,
+            "/v1/status",
+            None,
+        )
+        .await
+        .into_iter()
+        .map(|(node, asked)| {
+            let r = match asked {
+                Asked::Answer(st) if st.node != node => {
+                    Err(format!("the node helper answered as {:?}", st.node))
+                }
+                Asked::Answer(st) => st.kernel.ok_or_else(|| {
+                    "its gpuq-node does not report its kernel (older than this broker)".to_string()
+                }),
+                Asked::LinkDown(e) => Err(format!("not reachable: {e}")),
+                Asked::Failed(e) => Err(e),
+            };
+            (node, r)
+        })
+        .collect()
+    }
+
     /// Every node helper's `GET /v1/metrics`, at once, for a scrape of the
     /// broker's metrics endpoint: only over links that are up now (a scrape
     /// never re-makes a link), each within 2 s. Results in configuration

@@ -9,6 +9,7 @@
 //! - [`service::NodeService`]: preflight (read-only), start, stop, wipe,
 //!   each verified, each destructive step written to the lease's
 //!   `audit.jsonl` (fsync) — generic over [`gpuq_podman::Podman`];
+//! - [`kernel`]: what the running kernel offers `--stor` jobs (status);
 //! - [`wipeplan`]: what a wipe may do, decided from the lease record alone;
 //! - [`client`]: on a GPU host (`[client]`), a lease's client side: its
 //!   files, agent and client containers (gpuq-clienthost).
@@ -19,6 +20,7 @@ pub mod claim;
 pub mod client;
 pub mod dmg;
 pub mod evidence;
+pub mod kernel;
 pub mod procscan;
 pub mod profile;
 pub mod server;

@@ -280,6 +280,12 @@ impl<P: Podman> NodeService<P> {
             containers: self.our_containers(None).await?,
             images,
             pins,
+            // The module index is a few hundred KiB: read off the runtime.
+            kernel: tokio::task::spawn_blocking(|| {
+                crate::kernel::probe(&crate::kernel::KernelFiles::default())
+            })
+            .await
+            .ok(),
         })
     }
 

@@ -112,6 +112,34 @@ pub struct NodeStatus {
     pub containers: Vec<OurContainer>,
     pub images: Vec<String>,
     pub pins: Vec<PinStatus>,
+    /// What this node's kernel offers kernel storage jobs (`--stor`);
+    /// absent from a helper older than the report.
+    #[serde(default)]
+    pub kernel: Option<StorKernel>,
+}
+
+/// What the running kernel of a node offers each `--stor` kind, from its
+/// `modules.dep`, `modules.builtin` and `/sys/module` (read, never loaded).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorKernel {
+    /// `/proc/sys/kernel/osrelease`.
+    pub release: String,
+    /// `--stor nvmeof`: the NVMe target (`nvmet`) and a transport for it
+    /// (`nvmet_tcp` or `nvmet_rdma`).
+    pub nvmeof_target: Support,
+    /// `--stor nfsrdma`: the NFS server (`nfsd`) and XFS.
+    pub nfs_server: Support,
+    /// `--stor lustre`: LNet, PtlRPC, the MGS, MDT and OST servers and an
+    /// OSD backend (ldiskfs or ZFS). No Debian kernel ships them.
+    pub lustre_server: Support,
+}
+
+/// Whether a kind is available, and if not what is missing (one line).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Support {
+    pub available: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<String>,
 }
 
 /// `POST /v1/preflight`

@@ -178,6 +178,24 @@ start_broker
 mark broker-start-links-up
 ok broker-start
 
+# --- what each node's kernel offers --stor (#18): this guest's Debian kernel
+# has nvmet, nvmet-tcp, nfsd and xfs, and no Lustre server ---------------------
+st=$(gq daos-status --json | tr -d ' \n')
+rel=$(uname -r)
+for k in nvmeof_target nfs_server; do
+  [ "$(printf '%s' "$st" | grep -o "\"$k\":{\"available\":true" | wc -l)" = 4 ] \
+    || fail stor-kernel "not every node reports $k available: $st"
+done
+[ "$(printf '%s' "$st" | grep -o '"lustre_server":{"available":false,"missing":"kernel[^"]*hasnolnet' | wc -l)" = 4 ] \
+  || fail stor-kernel "not every node reports no Lustre server: $st"
+jobs_before=$(gq list --all --json | grep -o '"id"' | wc -l)
+r=$(cd /root && gq submit --stor lustre -- true 2>&1) && fail stor-lustre "submitted: $r"
+[ "$(printf '%s\n' "$r" | wc -l)" = 1 ] || fail stor-lustre "not one line: $r"
+printf '%s\n' "$r" | grep -qF "(da1, da2, da3, da4: kernel $rel has no lnet" || fail stor-lustre "$r"
+[ "$(gq list --all --json | grep -o '"id"' | wc -l)" = "$jobs_before" ] || fail stor-lustre "a job was stored"
+ok nodes-report-their-kernels-for-stor-and-stor-lustre-is-refused-in-one-line
+mark stor-kernel
+
 stats() { echo "$ALLOW" | while read -r n s p i; do d=$(dev_of "$s" "$i"); echo "$n $d $(awk '{print $5, $7, $12, $14}' "/sys/block/$(basename "$d")/stat")"; done; }
 if [ "$ALL" = 1 ]; then
   # --- before any activation, physical mode refuses (#17 item 2) ----------------
