@@ -395,6 +395,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "lease-released-no-containers-left",
             "next-job-runs",
             "preflight-refuses-a-partitioned-namespace-on-da2-and-touches-nothing",
+            "preflight-refuses-a-namespace-exported-by-nvmet-on-da4-and-touches-nothing",
             "a-mounted-namespace-holds-the-cleanup-at-the-wipe-untouched",
             "recover-refuses-while-a-foreign-filesystem-is-there",
             "after-umount-and-wipefs-recover-completes-and-the-held-job-runs",

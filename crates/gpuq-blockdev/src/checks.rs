@@ -204,6 +204,21 @@ pub fn holders(holders: Fact<Vec<String>>, loops: Fact<Vec<String>>) -> CheckRes
     }
 }
 
+/// Not exported by the kernel NVMe target (a remote host may be writing
+/// to it through nvmet, which holds it as no process and without
+/// `O_EXCL`).
+pub fn nvmet_export(exports: Fact<Vec<String>>) -> CheckResult {
+    let r = Reason::NvmetExport;
+    match exports {
+        Ok(e) if e.is_empty() => CheckResult::pass(r, "not exported over NVMe-oF"),
+        Ok(e) => CheckResult::refuse(
+            r,
+            format!("exported over NVMe-oF by nvmet: {}", e.join("; ")),
+        ),
+        Err(e) => CheckResult::unknown(r, e),
+    }
+}
+
 /// Not an active swap area (the device or a partition).
 pub fn swap(
     involved: &BTreeSet<DevNum>,
@@ -440,6 +455,23 @@ mod tests {
             nsid: Some(1),
             ..DeviceEntry::default()
         }
+    }
+
+    #[test]
+    fn an_nvmet_export_refuses_naming_it_and_an_unreadable_tree_fails_closed() {
+        assert_eq!(nvmet_export(Ok(vec![])).verdict, Verdict::Pass);
+        let c = nvmet_export(Ok(vec![
+            "subsystem nqn.x namespace 1 (enabled): /dev/nvme0n1".into(),
+        ]));
+        assert_eq!(c.verdict, Verdict::Refuse);
+        assert_eq!(
+            c.detail,
+            "exported over NVMe-oF by nvmet: subsystem nqn.x namespace 1 (enabled): /dev/nvme0n1"
+        );
+        assert_eq!(
+            nvmet_export(Err("nvmet is loaded but ... cannot be read".into())).verdict,
+            Verdict::Refuse
+        );
     }
 
     #[test]

@@ -664,6 +664,69 @@ pub fn loops_backed_by(devs: &BTreeSet<DevNum>) -> io::Result<Vec<String>> {
     Ok(out)
 }
 
+/// Where the kernel NVMe target (nvmet) is configured, and the module's
+/// directory that says it is loaded.
+pub const NVMET_CONFIGFS: &str = "/sys/kernel/config/nvmet";
+pub const NVMET_MODULE: &str = "/sys/module/nvmet";
+
+/// Namespaces of the kernel NVMe target that export one of `devs` (or
+/// whose device cannot be told while enabled), as `subsystem NQN namespace
+/// N (enabled|disabled): PATH`. nvmet opens a device without `O_EXCL` and
+/// as no process, so neither the exclusive open nor the descriptor scan
+/// sees it: only its configfs tree does. nvmet not loaded: none. nvmet
+/// loaded but its tree unreadable (configfs not mounted): an error.
+pub fn nvmet_exports(devs: &BTreeSet<DevNum>) -> io::Result<Vec<String>> {
+    nvmet_exports_in(Path::new(NVMET_CONFIGFS), Path::new(NVMET_MODULE), devs)
+}
+
+fn nvmet_exports_in(
+    configfs: &Path,
+    module: &Path,
+    devs: &BTreeSet<DevNum>,
+) -> io::Result<Vec<String>> {
+    let subsystems = match fs::read_dir(configfs.join("subsystems")) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && !module.exists() => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "nvmet is loaded but {} cannot be read: {e}",
+                    configfs.join("subsystems").display()
+                ),
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    for sub in subsystems {
+        let sub = sub?;
+        let nqn = sub.file_name().to_string_lossy().into_owned();
+        for ns in fs::read_dir(sub.path().join("namespaces"))? {
+            let ns = ns?;
+            let nsid = ns.file_name().to_string_lossy().into_owned();
+            let path = read_attr(&ns.path().join("device_path"))?;
+            let enabled = read_attr(&ns.path().join("enable"))? == "1";
+            let state = if enabled { "enabled" } else { "disabled" };
+            let what = format!("subsystem {nqn} namespace {nsid} ({state}): {path}");
+            match fs::metadata(&path) {
+                Ok(m) if m.file_type().is_block_device() => {
+                    if devs.contains(&DevNum::from_rdev(m.rdev())) {
+                        out.push(what);
+                    }
+                }
+                // A file-backed namespace, or none set yet: not a device.
+                Ok(_) => {}
+                Err(_) if path.is_empty() || !enabled => {}
+                // Enabled, on a path that no longer names anything: the
+                // kernel holds some device; which one cannot be told.
+                Err(e) => out.push(format!("{what} (cannot tell which device: {e})")),
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// The kernel driver bound to a PCI function, if any.
 pub fn pci_driver(bdf: &str) -> io::Result<Option<String>> {
     match fs::read_link(format!("/sys/bus/pci/devices/{bdf}/driver")) {
@@ -721,6 +784,22 @@ fn bad(msg: String) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn without_nvmet_nothing_is_exported_and_with_it_an_unreadable_tree_is_an_error() {
+        // (What nvmet's configfs tree holds is read in the site VM, whose
+        // kernel has nvmet: integration/vm/site/guest/site-physical.sh.)
+        let t = tempfile::tempdir().unwrap();
+        let absent = t.path().join("absent");
+        let devs = BTreeSet::new();
+        assert!(nvmet_exports_in(&absent, &absent, &devs)
+            .unwrap()
+            .is_empty());
+        // The module is loaded (its /sys/module directory exists) but the
+        // tree is not there (configfs not mounted): not a guess of "none".
+        let e = nvmet_exports_in(&absent, t.path(), &devs).unwrap_err();
+        assert!(e.to_string().contains("nvmet is loaded but"), "{e}");
+    }
 
     #[test]
     fn parses_mountinfo_with_escapes() {

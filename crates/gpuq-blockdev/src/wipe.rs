@@ -576,6 +576,7 @@ fn prepare(
         system::loops_backed_by(&involved).map_err(err_str),
     );
     let swap = checks::swap(&involved, system::swaps().map_err(err_str));
+    let exported = checks::nvmet_export(system::nvmet_exports(&involved).map_err(err_str));
 
     let pci = disk.pci.clone().filter(|_| disk.nvme_controller.is_some());
     let pci_ref = pci.clone();
@@ -596,7 +597,7 @@ fn prepare(
         std::thread::sleep(SCAN_PAUSE);
         procs = system::processes_holding(&involved, &matcher).map_err(err_str);
     }
-    let explained = [&mounted, &holders, &swap]
+    let explained = [&mounted, &holders, &swap, &exported]
         .iter()
         .any(|c| c.verdict == Verdict::Refuse);
     let open_by_other = checks::open_by_other(&procs, &excl, explained);
@@ -631,6 +632,7 @@ fn prepare(
         mounted,
         partitions,
         holders,
+        exported,
         swap,
         open_by_other,
         locked,

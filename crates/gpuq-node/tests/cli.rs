@@ -162,6 +162,7 @@ fn devices_lists_every_check_per_device() {
         "mounted",
         "partitions",
         "holders",
+        "nvmet_export",
         "swap",
         "open_by_other",
         "locked",

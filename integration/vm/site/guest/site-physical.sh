@@ -582,6 +582,36 @@ dd if=/dev/zero of="$D2" bs=512 count=1 conv=notrunc,fsync status=none
 blockdev --rereadpt "$D2" || true
 [ ! -e "${D2}p1" ] || fail partition "${D2}p1 still there after the MBR was removed"
 
+# --- scenario 2b: da4's namespace exported by the kernel NVMe target -----------
+# Someone exports da4's first namespace over NVMe-oF (configfs; an enabled
+# namespace holds the device, a port is not needed for that). nvmet opens
+# it without O_EXCL and as no process: neither the exclusive open nor the
+# descriptor scan sees it, only nvmet's configfs tree does.
+D4=$(dev_of SN-SITE-0005 1)
+modprobe nvmet || fail nvmet "modprobe nvmet"
+mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config || fail nvmet "mount configfs"
+S=/sys/kernel/config/nvmet/subsystems/nqn.2026-12.org.example:someone-else
+unexport() { [ -d "$S" ] || return 0; echo 0 >"$S/namespaces/1/enable"; rmdir "$S/namespaces/1" "$S"; }
+{ mkdir "$S" && mkdir "$S/namespaces/1" && echo "$D4" >"$S/namespaces/1/device_path" \
+  && echo 1 >"$S/namespaces/1/enable"; } || { unexport; fail nvmet "export $D4"; }
+w4=$(writes_of "$D4"); before=$(node_state)
+last=$(date +%s.%N)
+id6=$(as_alice gpuq submit --inst inst1 -- sh -c 'touch ran') || { unexport; fail nvmet "submit"; }
+wait_state "$id6" failed 300
+mark preflight-refusal-nvmet
+log6=$(cat "$(field "$(gq status "$id6" --json)" log_path)")
+unexport
+modprobe -r nvmet || fail nvmet "modprobe -r nvmet"
+echo "$log6" | grep -q 'da4' || fail nvmet "da4 not named: $log6"
+echo "$log6" | grep -q 'exported over NVMe-oF by nvmet: subsystem nqn.2026-12.org.example:someone-else namespace 1' \
+  || fail nvmet "no nvmet_export reason: $log6"
+for h in da1 da2 da3; do echo "$log6" | grep -q "$h: .*refus" && fail nvmet "$h refused too: $log6"; done
+[ ! -e /w/alice/ran ] || fail nvmet "the job ran"
+[ "$(node_state)" = "$before" ] || fail nvmet "a node changed: before: $before; after: $(node_state)"
+[ "$(writes_of "$D4")" = "$w4" ] || fail nvmet "$D4 was written: $w4, now $(writes_of "$D4")"
+[ ! -e $state_dir/blocked.json ] || fail nvmet "held: $(cat $state_dir/blocked.json)"
+ok preflight-refuses-a-namespace-exported-by-nvmet-on-da4-and-touches-nothing
+
 # --- scenario 3: a filesystem from da3's namespace mounted during the job ------
 D3=$(dev_of SN-SITE-0003 1)
 rm -f /w/alice/written /w/alice/go
