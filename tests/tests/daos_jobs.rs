@@ -49,6 +49,11 @@ fn stor_is_refused_in_one_line_naming_what_each_node_s_kernel_lacks_and_nothing_
             assert!(k[kind]["available"].is_boolean(), "{n}");
         }
     }
+    // For people: a line per node under its pins.
+    let human = stdout(&s.b.gpuq(Some(&a), &["daos-status"]));
+    let want = format!("      kernel {release}: --stor nvmeof ");
+    assert_eq!(human.matches(&want).count(), 4, "{human}");
+    assert_eq!(human.matches(", lustre no\n").count(), 4, "{human}");
     let logs = s.b.path("logs");
     let logs_before: Vec<_> = std::fs::read_dir(&logs)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())

@@ -413,6 +413,25 @@ pub fn daos_status(v: &serde_json::Value) -> String {
                 }
             );
         }
+        // What its kernel offers --stor (the missing modules: --json).
+        let k = &st["kernel"];
+        if k.is_object() {
+            let yes = |f: &str| {
+                if k[f]["available"].as_bool() == Some(true) {
+                    "yes"
+                } else {
+                    "no"
+                }
+            };
+            let _ = writeln!(
+                o,
+                "      kernel {}: --stor nvmeof {}, nfsrdma {}, lustre {}",
+                s(&k["release"]),
+                yes("nvmeof_target"),
+                yes("nfs_server"),
+                yes("lustre_server")
+            );
+        }
     }
     o
 }
