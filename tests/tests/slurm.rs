@@ -1057,6 +1057,8 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
          {g} daos-exec -- sh -c 'id -u; pwd; echo $SLURM_JOB_ID' > {o}/ids 2>&1\n\
          touch {o}/ready\nwhile [ ! -e {o}/again ]; do sleep 0.2; done\n\
          {g} daos-exec -- true 2> {o}/again.err; echo $? > {o}/again.rc\n\
+         while [ ! -e {o}/again2 ]; do sleep 0.2; done\n\
+         {g} daos-exec -- true 2> {o}/again2.err; echo $? > {o}/again2.rc\n\
          while [ ! -e {o}/go ]; do sleep 0.2; done\n",
         dmg = dmg_on_host(),
     );
@@ -1171,6 +1173,38 @@ fn a_daos_job_on_gpu2_gets_its_lease_s_files_and_agent_on_gpu2_runs_the_seed_exa
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
     assert_eq!(s.c.containers("gpu2"), on_gpu2, "nothing was started");
     std::fs::write(&record, kept).unwrap();
+    // The lease's agent on gpu2 stopped (its socket is left, nothing
+    // listens): the job's own call is refused in one line, nothing
+    // started; the teardown still removes the stopped agent.
+    let agent = on_gpu2[0].0.clone();
+    let (code, body) = s.c.http(
+        &s.c.podman_sock("gpu2"),
+        "POST",
+        &format!("/v4.0.0/libpod/containers/{agent}/stop?timeout=0"),
+        None,
+    );
+    assert!(code == 204 || code == 304, "stop {agent}: {code} {body}");
+    std::fs::write(dir.join("again2"), "").unwrap();
+    assert!(
+        eventually(60, || dir.join("again2.rc").exists()),
+        "{}",
+        s.logs()
+    );
+    assert_ne!(read(&dir, "again2.rc").trim(), "0");
+    let err = read(&dir, "again2.err");
+    assert!(
+        err.contains(&format!(
+            "the DAOS system of Slurm job {j} is not up (lease "
+        )) && err.contains("agent is not listening on gpu2)"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert_eq!(
+        s.c.containers("gpu2").len(),
+        1,
+        "nothing was started: {:?}",
+        s.c.containers("gpu2")
+    );
     std::fs::write(dir.join("go"), "").unwrap();
     assert_eq!(s.wait_end(j, 60), "COMPLETED", "{}", s.logs());
     // The teardown removed the agent and the files on gpu2.
