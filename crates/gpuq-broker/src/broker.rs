@@ -328,16 +328,18 @@ impl Broker {
 
     // ── submit, list, status, cancel ─────────────────────────────────────
 
-    /// For a `--stor` submit (of a known kind, with `[daos]` on), what each
-    /// storage node's kernel offers; `None` for any other.
+    /// For a `--stor` submit (of a known kind, with `[daos]` on, its other
+    /// fields valid), what each storage node's kernel offers; `None` for
+    /// any other (which [`Broker::submit`] refuses without asking a node).
     pub async fn stor_nodes(
         &self,
         req: &SubmitRequest,
     ) -> Option<Vec<(String, Result<gpuq_protocol::node::StorKernel, String>)>> {
         let kind = req.stor.as_deref()?;
-        if !crate::submit::STOR_KINDS.contains(&kind) {
+        if !crate::submit::STOR_KINDS.contains(&kind) || req.inst.is_some() {
             return None;
         }
+        crate::submit::fields(req, &self.cfg).ok()?;
         Some(self.daos.as_ref()?.stor_kernels().await)
     }
 

@@ -34,6 +34,14 @@ pub fn check(
     daos: &Daos<'_>,
     stor_nodes: Option<&StorNodes>,
 ) -> Result<u64, ApiError> {
+    let limit = fields(req, cfg)?;
+    kinds(req, daos, stor_nodes)?;
+    Ok(limit)
+}
+
+/// Everything but `--stor` and `--inst`: the command, directory,
+/// environment, name and time limit; the limit in seconds.
+pub fn fields(req: &SubmitRequest, cfg: &BrokerConfig) -> Result<u64, ApiError> {
     let bad = |m: String| Err(ApiError::BadRequest(m));
     if req.argv.is_empty() || req.argv[0].is_empty() {
         return bad("no command given: use `gpuq submit -- CMD [ARGS...]`".into());
@@ -70,6 +78,16 @@ pub fn check(
             duration::format(cfg.max_time_secs)
         ));
     }
+    Ok(limit)
+}
+
+/// `--stor` and `--inst` against what this broker serves.
+fn kinds(
+    req: &SubmitRequest,
+    daos: &Daos<'_>,
+    stor_nodes: Option<&StorNodes>,
+) -> Result<(), ApiError> {
+    let bad = |m: String| Err(ApiError::BadRequest(m));
     if let Some(kind) = &req.stor {
         if !STOR_KINDS.contains(&kind.as_str()) {
             return bad(format!(
@@ -109,7 +127,7 @@ pub fn check(
             Daos::Profiles(_) => {}
         }
     }
-    Ok(limit)
+    Ok(())
 }
 
 /// The nodes that cannot serve `kind`, nodes with the same reason named
