@@ -335,8 +335,8 @@ impl Broker {
         &self,
         req: &SubmitRequest,
     ) -> Option<Vec<(String, Result<gpuq_protocol::node::StorKernel, String>)>> {
-        let kind = req.stor.as_deref()?;
-        if !crate::submit::STOR_KINDS.contains(&kind) || req.inst.is_some() {
+        gpuq_protocol::node::StorKind::parse(req.stor.as_deref()?)?;
+        if req.inst.is_some() {
             return None;
         }
         crate::submit::fields(req, &self.cfg).ok()?;

@@ -5,11 +5,8 @@
 
 use crate::config::BrokerConfig;
 use crate::error::ApiError;
-use gpuq_protocol::node::{StorKernel, Support};
+use gpuq_protocol::node::{StorKernel, StorKind, Support};
 use gpuq_protocol::{duration, SubmitRequest};
-
-/// `--stor` kinds the product knows (mission.md §1; kernel storage jobs, not enabled yet).
-pub const STOR_KINDS: [&str; 3] = ["lustre", "nfsrdma", "nvmeof"];
 
 /// What each storage node's kernel offers `--stor` jobs (its helper's
 /// status; `Err` says why a node has no answer), asked for a `--stor`
@@ -88,27 +85,27 @@ fn kinds(
     stor_nodes: Option<&StorNodes>,
 ) -> Result<(), ApiError> {
     let bad = |m: String| Err(ApiError::BadRequest(m));
-    if let Some(kind) = &req.stor {
-        if !STOR_KINDS.contains(&kind.as_str()) {
+    if let Some(name) = &req.stor {
+        let Some(kind) = StorKind::parse(name) else {
             return bad(format!(
-                "--stor '{kind}' is not a storage kind: use one of {}",
-                STOR_KINDS.join(", ")
+                "--stor '{name}' is not a storage kind: use one of {}",
+                StorKind::ALL.map(StorKind::name).join(", ")
             ));
-        }
+        };
         if let Daos::Off(cfg) = daos {
             // Kernel storage is served by the same four nodes.
             return Err(ApiError::NotEnabled(
-                cfg.daos_off(&format!("--stor {kind}")),
+                cfg.daos_off(&format!("--stor {name}")),
             ));
         }
         if let Some(why) = stor_nodes.and_then(|n| nodes_lacking(kind, n)) {
             return Err(ApiError::NotEnabled(format!(
-                "--stor {kind}: not every storage node can serve it ({why}); \
+                "--stor {name}: not every storage node can serve it ({why}); \
                  use --inst, or ask the operator for nodes whose kernel has it"
             )));
         }
         return Err(ApiError::NotEnabled(format!(
-            "kernel storage jobs (--stor {kind}) are not enabled on this broker yet; use --inst"
+            "kernel storage jobs (--stor {name}) are not enabled on this broker yet; use --inst"
         )));
     }
     if let Some(inst) = &req.inst {
@@ -132,19 +129,17 @@ fn kinds(
 
 /// The nodes that cannot serve `kind`, nodes with the same reason named
 /// together (`da1, da2: kernel … has no lnet, …`); `None` when all can.
-fn nodes_lacking(kind: &str, nodes: &StorNodes) -> Option<String> {
+fn nodes_lacking(kind: StorKind, nodes: &StorNodes) -> Option<String> {
     let mut why: Vec<(String, Vec<&str>)> = Vec::new();
     for (node, r) in nodes {
-        let reason = match r {
+        let reason = match r.as_ref().map(|k| k.support(kind)) {
             Err(e) => e.clone(),
-            Ok(k) => match kernel_support(k, kind) {
-                Support {
-                    available: true, ..
-                } => continue,
-                Support { missing, .. } => {
-                    missing.clone().unwrap_or_else(|| "not available".into())
-                }
-            },
+            Ok(Support {
+                available: true, ..
+            }) => continue,
+            Ok(Support { missing, .. }) => {
+                missing.clone().unwrap_or_else(|| "not available".into())
+            }
         };
         match why.iter_mut().find(|(r, _)| *r == reason) {
             Some((_, names)) => names.push(node),
@@ -157,15 +152,6 @@ fn nodes_lacking(kind: &str, nodes: &StorNodes) -> Option<String> {
             .collect::<Vec<_>>()
             .join("; ")
     })
-}
-
-/// What `kind` needs of a node's kernel.
-fn kernel_support<'k>(k: &'k StorKernel, kind: &str) -> &'k Support {
-    match kind {
-        "nvmeof" => &k.nvmeof_target,
-        "nfsrdma" => &k.nfs_server,
-        _ => &k.lustre_server,
-    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //! says which one.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gpuq_protocol::node::{StorKernel, Support};
 
@@ -129,9 +129,10 @@ pub fn probe(files: &KernelFiles) -> StorKernel {
     }
 }
 
+#[cfg(test)]
 impl KernelFiles {
-    /// The files under `root` laid out as on a host (tests).
-    pub fn under(root: &Path) -> KernelFiles {
+    /// The files under `root` laid out as on a host.
+    fn under(root: &std::path::Path) -> KernelFiles {
         KernelFiles {
             osrelease: root.join("proc/sys/kernel/osrelease"),
             modules: root.join("lib/modules"),

@@ -280,7 +280,8 @@ impl<P: Podman> NodeService<P> {
             containers: self.our_containers(None).await?,
             images,
             pins,
-            // The module index is a few hundred KiB: read off the runtime.
+            // The module index is ~100 KiB (Debian 12's): read off the
+            // runtime.
             kernel: tokio::task::spawn_blocking(|| {
                 crate::kernel::probe(&crate::kernel::KernelFiles::default())
             })

@@ -134,6 +134,42 @@ pub struct StorKernel {
     pub lustre_server: Support,
 }
 
+impl StorKernel {
+    /// What `kind` needs of this kernel.
+    pub fn support(&self, kind: StorKind) -> &Support {
+        match kind {
+            StorKind::Nvmeof => &self.nvmeof_target,
+            StorKind::Nfsrdma => &self.nfs_server,
+            StorKind::Lustre => &self.lustre_server,
+        }
+    }
+}
+
+/// A kernel storage kind (`gpuq submit --stor KIND`; mission.md §1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StorKind {
+    Lustre,
+    Nfsrdma,
+    Nvmeof,
+}
+
+impl StorKind {
+    pub const ALL: [StorKind; 3] = [StorKind::Lustre, StorKind::Nfsrdma, StorKind::Nvmeof];
+
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            StorKind::Lustre => "lustre",
+            StorKind::Nfsrdma => "nfsrdma",
+            StorKind::Nvmeof => "nvmeof",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<StorKind> {
+        StorKind::ALL.into_iter().find(|k| k.name() == s)
+    }
+}
+
 /// Whether a kind is available, and if not what is missing (one line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Support {
