@@ -74,15 +74,23 @@ fn stor_is_refused_in_one_line_naming_what_each_node_s_kernel_lacks_and_nothing_
         "{err}"
     );
     assert!(err.contains("use --inst"), "{err}");
-    // nvmeof, nfsrdma: refused too (this kernel may or may not have their
-    // modules; the stand-up is not built either way), one line each.
-    for kind in ["nvmeof", "nfsrdma"] {
+    // nvmeof, nfsrdma: refused too, one line each, saying what the nodes
+    // reported (the four share this kernel): what is missing, or — where
+    // the kernel has it — that the stand-up is not enabled yet.
+    let node0 = &st["nodes"][0]["status"]["kernel"];
+    for (kind, field) in [("nvmeof", "nvmeof_target"), ("nfsrdma", "nfs_server")] {
         let out =
             s.b.gpuq_in(Some(&a), &w, &[], &["submit", "--stor", kind, "--", "true"]);
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         let err = stderr(&out);
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-        assert!(err.contains(&format!("--stor {kind}")), "{err}");
+        let want = match node0[field]["missing"].as_str() {
+            Some(missing) => format!(
+                "--stor {kind}: not every storage node can serve it (da1, da2, da3, da4: {missing})"
+            ),
+            None => format!("--stor {kind}) are not enabled on this broker yet"),
+        };
+        assert!(err.contains(&want), "{want:?} not in {err}");
     }
     // Nothing stored.
     assert_eq!(s.b.job_count(), 0);
