@@ -7,6 +7,7 @@
 //! `#![forbid(unsafe_code)]`-clean.
 #![allow(unsafe_code)]
 
+pub mod acl;
 pub mod blk;
 pub mod fsid;
 pub mod net;
