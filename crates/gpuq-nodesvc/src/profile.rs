@@ -133,6 +133,44 @@ struct RawFile {
     activation: RawActivation,
     #[serde(default)]
     client: Option<RawClient>,
+    /// `[stor.NAME]`: kernel storage profiles (`gpuq submit --stor`).
+    #[serde(default)]
+    stor: BTreeMap<String, RawStor>,
+}
+
+/// `[stor.NAME]`, e.g. for `--stor nvmeof`:
+///
+/// ```toml
+/// [stor.nvmeof]
+/// kind = "nvmeof"          # the only kind a node serves yet
+/// transport = "tcp"        # or "rdma"
+/// address = "10.0.0.11"    # this node's storage address (the listener's)
+/// port = 4420              # default 4420
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStor {
+    kind: String,
+    transport: String,
+    address: std::net::IpAddr,
+    #[serde(default = "default_nvmeof_port")]
+    port: u16,
+}
+
+fn default_nvmeof_port() -> u16 {
+    4420
+}
+
+/// One `[stor.NAME]`: how this node exports its allowlisted namespaces
+/// for a `--stor` lease (always physical: the devices of `[[devices]]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorProfile {
+    pub name: String,
+    pub kind: gpuq_protocol::node::StorKind,
+    /// `tcp` or `rdma` (nvmet's `addr_trtype`).
+    pub transport: String,
+    pub address: std::net::IpAddr,
+    pub port: u16,
 }
 
 /// `[client]`: this host also serves the client side of a lease (a GPU
@@ -179,6 +217,8 @@ pub struct ServiceConfig {
     /// `[client] run_dir`: where a lease's client files go on this host;
     /// `None`: this helper serves no client side.
     pub client_run_dir: Option<PathBuf>,
+    /// `[stor.NAME]`: kernel storage profiles.
+    pub stor: BTreeMap<String, StorProfile>,
 }
 
 impl ServiceConfig {
@@ -288,10 +328,70 @@ impl ServiceConfig {
                 ));
             }
         }
+        let mut stor = BTreeMap::new();
+        for (name, p) in raw.stor {
+            let key = |k: &str| format!("stor.{name}.{k}");
+            if !gpuq_protocol::node::valid_lease(&name) || profiles.contains_key(&name) {
+                return Err(invalid(
+                    format!("stor.{name}"),
+                    "a kernel storage profile's name uses letters, digits, - and _ and is not also a [profiles] name".into(),
+                ));
+            }
+            let kind = match gpuq_protocol::node::StorKind::parse(&p.kind) {
+                Some(k @ gpuq_protocol::node::StorKind::Nvmeof) => k,
+                Some(k) => {
+                    return Err(invalid(
+                        key("kind"),
+                        format!(
+                            "--stor {} is not built into this node helper yet; only \"nvmeof\"",
+                            k.name()
+                        ),
+                    ))
+                }
+                None => {
+                    return Err(invalid(
+                        key("kind"),
+                        format!("{:?} is not a kind; expected \"nvmeof\"", p.kind),
+                    ))
+                }
+            };
+            if !matches!(p.transport.as_str(), "tcp" | "rdma") {
+                return Err(invalid(
+                    key("transport"),
+                    format!("{:?}: expected \"tcp\" or \"rdma\"", p.transport),
+                ));
+            }
+            if p.port == 0 {
+                return Err(invalid(key("port"), "expected a TCP port (1-65535)".into()));
+            }
+            if p.address.is_unspecified() {
+                return Err(invalid(
+                    key("address"),
+                    "expected this node's storage address, not a wildcard".into(),
+                ));
+            }
+            stor.insert(
+                name.clone(),
+                StorProfile {
+                    name,
+                    kind,
+                    transport: p.transport,
+                    address: p.address,
+                    port: p.port,
+                },
+            );
+        }
+        if !stor.is_empty() && node.devices.is_empty() {
+            return Err(invalid(
+                "stor".into(),
+                "a kernel storage profile exports the allowlisted devices, and [[devices]] names none".into(),
+            ));
+        }
         Ok(ServiceConfig {
             source: path.to_path_buf(),
             node,
             profiles,
+            stor,
             install: raw.install,
             activation_units: raw.activation.units,
             client_run_dir: raw.client.map(|c| c.run_dir),
@@ -357,6 +457,54 @@ test_dir = "/var/lib/gpuqueue-daos-test"
         .unwrap_err()
         .to_string();
         assert!(e.contains("profiles.x.daos_version"), "{e}");
+    }
+
+    #[test]
+    fn a_stor_profile_is_nvmeof_with_a_transport_and_an_address_and_needs_devices() {
+        let dev = "[[devices]]\nserial = \"S1\"\npci = \"0000:00:11.0\"\nnsid = 1\nsize_bytes = 1073741824\n";
+        let c = parse(&format!(
+            "{dev}[stor.nvmeof]\nkind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"\n"
+        ))
+        .unwrap();
+        let p = &c.stor["nvmeof"];
+        assert_eq!(
+            (p.kind, p.transport.as_str(), p.address.to_string(), p.port),
+            (
+                gpuq_protocol::node::StorKind::Nvmeof,
+                "tcp",
+                "10.0.0.11".into(),
+                4420
+            )
+        );
+        for (bad, key) in [
+            (
+                "kind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"",
+                "stor.nvmeof.kind",
+            ),
+            (
+                "kind = \"nvmeof\"\ntransport = \"fc\"\naddress = \"10.0.0.11\"",
+                "stor.nvmeof.transport",
+            ),
+            (
+                "kind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"0.0.0.0\"",
+                "stor.nvmeof.address",
+            ),
+            (
+                "kind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"\nport = 0",
+                "stor.nvmeof.port",
+            ),
+        ] {
+            let e = parse(&format!("{dev}[stor.nvmeof]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+        let e = parse(
+            "[stor.nvmeof]\nkind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("[[devices]]"), "{e}");
     }
 
     #[test]

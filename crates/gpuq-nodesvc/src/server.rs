@@ -249,6 +249,7 @@ impl Findings for PreflightReport {
     }
 }
 impl Findings for StartReport {}
+impl Findings for gpuq_protocol::node::ExportReport {}
 impl Findings for gpuq_protocol::node::DmgReply {}
 impl Findings for StepReport {}
 impl Findings for gpuq_manifest::report::HostInstall {}
@@ -329,6 +330,24 @@ async fn route<P: Podman + 'static>(
             let lease = lease.to_string();
             let r = run_step(shared, true, Some("stop"), move |s| async move {
                 s.service.stop(&lease).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::POST, ["v1", "leases", lease, "export"]) => {
+            // --stor nvmeof: one step at a time, like a start.
+            let lease = lease.to_string();
+            let body: gpuq_protocol::node::ExportRequest = read_json(req).await?;
+            let r = run_step(shared, true, Some("export"), move |s| async move {
+                s.service.export(&lease, &body).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::POST, ["v1", "leases", lease, "unexport"]) => {
+            let lease = lease.to_string();
+            let r = run_step(shared, true, Some("unexport"), move |s| async move {
+                s.service.unexport(&lease).await
             })
             .await?;
             Ok(json(StatusCode::OK, &r))

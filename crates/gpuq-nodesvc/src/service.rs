@@ -69,7 +69,7 @@ pub enum NodeError {
     Failed(String),
 }
 
-fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
+pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
     let what = what.into();
     move |source| NodeError::Io { what, source }
 }
@@ -85,6 +85,16 @@ impl<P> std::fmt::Debug for NodeService<P> {
             .field("node", &self.cfg.node.node.name)
             .finish()
     }
+}
+
+/// An allowlisted device as a physical lease's checks found it.
+#[derive(Debug, Clone)]
+pub(crate) struct Found {
+    pub(crate) device: LeaseDevice,
+    /// Its device node, e.g. `/dev/nvme0n1`.
+    pub(crate) path: String,
+    /// `major:minor`.
+    pub(crate) devnum: String,
 }
 
 fn server_name(lease: &str) -> String {
@@ -121,7 +131,7 @@ impl<P: Podman> NodeService<P> {
         )
     }
 
-    fn jobs_dir(&self) -> &Path {
+    pub(crate) fn jobs_dir(&self) -> &Path {
         &self.cfg.node.node.jobs_dir
     }
 
@@ -169,6 +179,7 @@ impl<P: Podman> NodeService<P> {
                         since: 0,
                         mode: None,
                         devices: Vec::new(),
+                        export: None,
                     })),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) => Err(io(format!("read {}", self.active_path().display()))(e)),
@@ -180,7 +191,7 @@ impl<P: Podman> NodeService<P> {
 
     /// Durably: each file by temp + fsync + rename + fsync of `jobs_dir`,
     /// and `jobs_dir`'s own entry fsynced in its parent when it is new.
-    fn write_record(&self, rec: &NodeLease) -> Result<(), NodeError> {
+    pub(crate) fn write_record(&self, rec: &NodeLease) -> Result<(), NodeError> {
         if !self.jobs_dir().is_dir() {
             std::fs::create_dir_all(self.jobs_dir()).map_err(io("create jobs_dir"))?;
             if let Some(parent) = self.jobs_dir().parent() {
@@ -276,7 +287,14 @@ impl<P: Podman> NodeService<P> {
             node: self.node_name().to_string(),
             helper_version: env!("CARGO_PKG_VERSION").to_string(),
             podman_api_version: self.podman.version().to_string(),
-            lease: self.lease_record()?,
+            // The lease's host NQN is the one thing that admits a host to
+            // its export: never in a status (the broker shows statuses).
+            lease: self.lease_record()?.map(|mut r| {
+                if let Some(e) = r.export.as_mut() {
+                    e.host_nqn = "(not shown)".into();
+                }
+                r
+            }),
             containers: self.our_containers(None).await?,
             images,
             pins,
@@ -292,35 +310,30 @@ impl<P: Podman> NodeService<P> {
 
     /// Read-only: every reason this node cannot take `lease` now.
     pub async fn preflight(&self, req: &PreflightRequest) -> Result<PreflightReport, NodeError> {
+        if self.is_stor_profile(&req.profile) {
+            return Ok(self.check_stor(&req.lease, &req.profile).await?.0);
+        }
         Ok(self.check(req).await?.0)
     }
 
-    /// [`NodeService::preflight`], how many containers `req.lease`
-    /// already has here (fine for a preflight, refused by a start), and in
-    /// physical mode the allowlisted devices as the checks found them (what
-    /// `start` records as the lease's devices).
-    async fn check(
+    /// What of another lease or service is on this node (any lease kind's
+    /// preflight): containers labelled for another lease, DAOS processes
+    /// not in this lease's containers, the node's record of another lease.
+    /// Returns the IDs of this lease's own containers.
+    pub(crate) async fn foreign_findings(
         &self,
-        req: &PreflightRequest,
-    ) -> Result<(PreflightReport, usize, Vec<LeaseDevice>), NodeError> {
-        Self::check_lease(&req.lease)?;
-        let profile = self.profile(&req.profile)?;
-        let mut findings = Vec::new();
-        let mut find = |reason: &str, detail: String| {
-            findings.push(Finding {
-                reason: reason.to_string(),
-                detail,
-            })
-        };
+        lease: &str,
+        find: &mut dyn FnMut(&str, String),
+    ) -> Result<Vec<String>, NodeError> {
         // Containers labelled for another lease; ours for this lease are
         // fine only if we are re-checking a lease we already started.
         let containers = self.our_containers(None).await?;
         let ours: Vec<String> = containers
             .iter()
-            .filter(|c| c.lease == req.lease)
+            .filter(|c| c.lease == lease)
             .map(|c| c.id.clone())
             .collect();
-        for c in containers.iter().filter(|c| c.lease != req.lease) {
+        for c in containers.iter().filter(|c| c.lease != lease) {
             find(
                 "foreign_container",
                 format!(
@@ -349,13 +362,34 @@ impl<P: Podman> NodeService<P> {
             Err(e) => find("check_failed", format!("cannot scan processes: {e}")),
         }
         match self.lease_record() {
-            Ok(Some(rec)) if rec.lease != req.lease => find(
+            Ok(Some(rec)) if rec.lease != lease => find(
                 "foreign_lease",
                 format!("this node holds lease {} (phase {})", rec.lease, rec.phase),
             ),
             Ok(_) => {}
             Err(e) => find("check_failed", e.to_string()),
         }
+        Ok(ours)
+    }
+
+    /// [`NodeService::preflight`], how many containers `req.lease`
+    /// already has here (fine for a preflight, refused by a start), and in
+    /// physical mode the allowlisted devices as the checks found them (what
+    /// `start` records as the lease's devices).
+    async fn check(
+        &self,
+        req: &PreflightRequest,
+    ) -> Result<(PreflightReport, usize, Vec<LeaseDevice>), NodeError> {
+        Self::check_lease(&req.lease)?;
+        let profile = self.profile(&req.profile)?;
+        let mut findings = Vec::new();
+        let mut find = |reason: &str, detail: String| {
+            findings.push(Finding {
+                reason: reason.to_string(),
+                detail,
+            })
+        };
+        let ours = self.foreign_findings(&req.lease, &mut find).await?;
         match gpuq_sys::net::tcp_listening_ports() {
             Ok(l) if l.contains(&profile.port) && ours.is_empty() => find(
                 "port_in_use",
@@ -375,24 +409,50 @@ impl<P: Podman> NodeService<P> {
             ),
             Err(e) => find("check_failed", format!("image inspect: {e}")),
         }
+        let devices = if profile.mode == Mode::Physical {
+            self.check_devices(&req.lease, &profile.name, &mut find)
+                .into_iter()
+                .map(|f| f.device)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let report = PreflightReport {
+            node: self.node_name().to_string(),
+            lease: req.lease.clone(),
+            ok: findings.is_empty(),
+            findings,
+        };
+        Ok((report, ours.len(), devices))
+    }
+
+    /// The block-device checks of a physical lease (preflight's, without
+    /// touching anything): the allowlisted devices as found, and a finding
+    /// for every refusal, an unread identity and an unclaimed device.
+    pub(crate) fn check_devices(
+        &self,
+        lease: &str,
+        profile: &str,
+        find: &mut dyn FnMut(&str, String),
+    ) -> Vec<Found> {
         let mut devices = Vec::new();
-        if profile.mode == Mode::Physical && self.cfg.node.devices.is_empty() {
+        if self.cfg.node.devices.is_empty() {
             // Its wipe would discard nothing and still say `ok`.
             find(
                 "device_refused",
                 format!(
                     "profile '{}' is physical mode, but {} allowlists no device ([[devices]])",
-                    profile.name,
+                    profile,
                     self.cfg.source.display()
                 ),
             );
         }
-        if profile.mode == Mode::Physical {
+        {
             let report = gpuq_blockdev::wipe::run(
                 &self.cfg.node,
                 &gpuq_blockdev::wipe::Request {
                     mode: gpuq_blockdev::wipe::Mode::Inspect,
-                    lease: Some(req.lease.clone()),
+                    lease: Some(lease.to_string()),
                     expected_signatures: vec![],
                     purpose: gpuq_blockdev::wipe::Purpose::Lease,
                 },
@@ -402,16 +462,20 @@ impl<P: Podman> NodeService<P> {
                     for d in &r.devices {
                         // How the allowlist identifies it, and what it was
                         // found to be.
-                        match (crate::claim::device_of(d), d.passed()) {
-                            (Some(found), true) => devices.push(found),
-                            (None, true) => find(
+                        match (crate::claim::device_of(d), d.passed(), &d.device) {
+                            (Some(found), true, Some(seen)) => devices.push(Found {
+                                device: found,
+                                path: seen.path.clone(),
+                                devnum: seen.devnum.clone(),
+                            }),
+                            (_, true, _) => find(
                                 "check_failed",
                                 format!(
                                     "{}: passed, but its identity was not read",
                                     d.entry.label()
                                 ),
                             ),
-                            (_, false) => {}
+                            (_, false, _) => {}
                         }
                         for refusal in &d.refusals {
                             find(
@@ -432,19 +496,14 @@ impl<P: Podman> NodeService<P> {
                 Err(e) => find("check_failed", format!("block devices: {e}")),
             }
         }
-        if profile.mode == Mode::Physical && !devices.is_empty() {
+        if !devices.is_empty() {
             // Only what an activation discarded and claimed (issue #17).
-            for why in crate::claim::unclaimed(self.jobs_dir(), &devices) {
+            let found: Vec<LeaseDevice> = devices.iter().map(|f| f.device.clone()).collect();
+            for why in crate::claim::unclaimed(self.jobs_dir(), &found) {
                 find("unclaimed", why);
             }
         }
-        let report = PreflightReport {
-            node: self.node_name().to_string(),
-            lease: req.lease.clone(),
-            ok: findings.is_empty(),
-            findings,
-        };
-        Ok((report, ours.len(), devices))
+        devices
     }
 
     pub async fn start(&self, lease: &str, req: &StartRequest) -> Result<StartReport, NodeError> {
@@ -502,6 +561,7 @@ impl<P: Podman> NodeService<P> {
                 Mode::Physical => devices,
                 Mode::Test => Vec::new(),
             },
+            export: None,
         };
         self.write_record(&rec)?;
         std::fs::create_dir_all(&lease_dir)

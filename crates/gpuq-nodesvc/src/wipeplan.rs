@@ -122,7 +122,13 @@ pub fn plan(
             mode_str(mode)
         )
     };
-    let Some(profile) = cfg.profiles.get(&rec.profile) else {
+    // A `[stor.NAME]` profile exports the physical devices: always physical.
+    let profile_mode = cfg
+        .profiles
+        .get(&rec.profile)
+        .map(|p| p.mode)
+        .or_else(|| cfg.stor.get(&rec.profile).map(|_| Mode::Physical));
+    let Some(profile_mode) = profile_mode else {
         return Err(restore(
             format!(
                 "its record names profile '{}' ({} mode), which {source} no longer has",
@@ -132,12 +138,12 @@ pub fn plan(
             the_profile(),
         ));
     };
-    if profile.mode != mode {
+    if profile_mode != mode {
         return Err(restore(
             format!(
                 "profile '{}' is now {} mode, but the lease started in {} mode",
                 rec.profile,
-                mode_str(profile.mode),
+                mode_str(profile_mode),
                 mode_str(mode)
             ),
             the_profile(),
@@ -312,6 +318,7 @@ mod tests {
                 _ => "/t/L1".into(),
             },
             container: None,
+            export: None,
             since: 1,
             mode,
             devices,

@@ -84,6 +84,17 @@ impl Site {
         mode: &str,
         devices: &[&LoopDev],
     ) -> NodeService<LibpodClient> {
+        self.helper_with(name, mode, devices, "").await
+    }
+
+    /// [`Site::helper`] with `extra` TOML tables after the devices.
+    async fn helper_with(
+        &self,
+        name: &str,
+        mode: &str,
+        devices: &[&LoopDev],
+        extra: &str,
+    ) -> NodeService<LibpodClient> {
         let mut text = format!(
             r#"
 [node]
@@ -116,6 +127,7 @@ format_wait_secs = 60
                 d.backing.display()
             ));
         }
+        text.push_str(extra);
         let path = self.root.join("node.toml");
         std::fs::write(&path, text).unwrap();
         let cfg = ServiceConfig::load(&path).unwrap();
@@ -939,4 +951,86 @@ async fn the_evidence_of_a_wiped_lease_names_every_device_and_a_missing_record_f
     assert!(gpuq_nodesvc::evidence::evidence(&svc, "L12", "nope")
         .await
         .is_err());
+}
+
+/// `--stor nvmeof` on a node whose kernel has no NVMe target (this
+/// machine's: no module tree, no `/sys/kernel/config/nvmet`): preflight
+/// names `nvmet_missing` and nothing else once the device is claimed; the
+/// export is refused the same way and writes nothing — no lease record,
+/// no lease directory, the device untouched; a malformed host token is
+/// refused before any check; an unexport with no record has nothing to
+/// do. (The export itself runs in the site VM, scenario 4.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stor_export_without_the_kernel_target_is_refused_and_touches_nothing() {
+    if !as_own_node("a_stor_export_without_the_kernel_target_is_refused_and_touches_nothing") {
+        return;
+    }
+    assert!(
+        !std::path::Path::new("/sys/kernel/config/nvmet").exists(),
+        "this test needs a kernel without nvmet loaded; the site VM tests the export"
+    );
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    let stor = "[stor.nvmeof]\nkind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"10.99.0.1\"\n";
+    let svc = site.helper_with("inst1", "physical", &[&dev], stor).await;
+    activate(&svc, "activation-1").await;
+    dev.write_data(8 * MIB, 64 * 1024);
+    let before = content(&dev);
+    let listing = || {
+        let mut l: Vec<String> = std::fs::read_dir(site.root.join("jobs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        l.sort();
+        l
+    };
+    let jobs_before = listing();
+    let report = svc
+        .preflight(&gpuq_protocol::node::PreflightRequest {
+            lease: "L9".into(),
+            profile: "nvmeof".into(),
+        })
+        .await
+        .unwrap();
+    let reasons: Vec<&str> = report.findings.iter().map(|f| f.reason.as_str()).collect();
+    assert_eq!(reasons, ["nvmet_missing"], "{report:?}");
+    assert!(
+        report.findings[0].detail.contains("nvmet_tcp"),
+        "{report:?}"
+    );
+    let req = |token: &str| gpuq_protocol::node::ExportRequest {
+        profile: "nvmeof".into(),
+        host_token: token.into(),
+    };
+    let e = svc.export("L9", &req("not-hex")).await.unwrap_err();
+    assert!(matches!(e, NodeError::BadRequest(_)), "{e}");
+    let e = svc
+        .export("L9", &req("0123456789abcdef0123456789abcdef"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, NodeError::Preflight { .. }) && e.to_string().contains("nvmet_missing"),
+        "{e}"
+    );
+    let e = svc
+        .export(
+            "L9",
+            &gpuq_protocol::node::ExportRequest {
+                profile: "nope".into(),
+                host_token: "0123456789abcdef0123456789abcdef".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(e, NodeError::NoProfile(_)), "{e}");
+    assert_eq!(
+        listing(),
+        jobs_before,
+        "a lease record or directory was written"
+    );
+    assert!(!site.jobs("lease.json").exists());
+    assert_eq!(content(&dev), before, "the device was touched");
+    let r = svc.unexport("L9").await.unwrap();
+    assert!(r.already_done, "{r:?}");
+    assert_eq!(listing(), jobs_before);
 }

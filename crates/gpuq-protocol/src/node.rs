@@ -42,6 +42,78 @@ pub struct NodeLease {
     /// allowlist still names exactly these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<LeaseDevice>,
+    /// `--stor nvmeof`: the kernel NVMe target objects of the lease on this
+    /// node, recorded **before** any of them is made (so a crash between
+    /// the record and the last `mkdir` leaves something `unexport` finds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<NvmetExport>,
+}
+
+/// The configfs objects (`/sys/kernel/config/nvmet`) of one lease's export
+/// on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvmetExport {
+    /// `subsystems/<NQN>`: [`nvmeof_subsystem_nqn`].
+    pub subsystem_nqn: String,
+    /// `hosts/<NQN>` and the subsystem's only `allowed_hosts` link.
+    pub host_nqn: String,
+    /// `ports/<ID>`.
+    pub port_id: u16,
+    pub transport: String,
+    pub address: String,
+    pub port: u16,
+    /// The namespaces, `namespaces/<NSID>` (1, 2, … in allowlist order),
+    /// each with the device it exports.
+    pub namespaces: Vec<ExportedNamespace>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportedNamespace {
+    /// The NSID in the exported subsystem.
+    pub nsid: u32,
+    /// The node's device (`/dev/nvmeXnY`) as found at export.
+    pub device_path: String,
+    /// The node's namespace behind it, as the allowlist names it.
+    pub device: LeaseDevice,
+}
+
+/// The prefix of every NQN gpuq makes (subsystems and hosts).
+pub const NQN_PREFIX: &str = "nqn.2026-12.io.gpuq:";
+
+/// The subsystem a node exports for `lease`: named for the lease and the
+/// node, so that several nodes sharing one kernel (a test VM) tell theirs
+/// apart and a node tells a foreign subsystem from the lease's own.
+pub fn nvmeof_subsystem_nqn(lease: &str, node: &str) -> String {
+    format!("{NQN_PREFIX}{lease}:{node}")
+}
+
+/// The host NQN of a lease's connection: random per lease (the broker
+/// makes `token`, 32 lowercase hex digits, and sends it only to the
+/// nodes): the subsystems admit this host alone, and nothing a user can
+/// learn names it.
+pub fn nvmeof_host_nqn(token: &str) -> Option<String> {
+    (token.len() == 32
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then(|| format!("{NQN_PREFIX}host:{token}"))
+}
+
+/// `POST /v1/leases/{lease}/export` (`--stor nvmeof`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportRequest {
+    /// The node's `[stor.NAME]`.
+    pub profile: String,
+    /// The lease's host token ([`nvmeof_host_nqn`]).
+    pub host_token: String,
+}
+
+/// What a node exported: where the lease's host connects, and what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportReport {
+    pub node: String,
+    pub lease: String,
+    pub export: NvmetExport,
 }
 
 /// A lease's wipe mode, as its node record spells it.
