@@ -47,9 +47,16 @@ pub enum CleanupStep {
     StopServers,
     /// Wipe all four nodes (devices or test dirs) and confirm.
     Wipe,
+    /// `--stor nvmeof`: disconnect this host from the lease's subsystems
+    /// and confirm their block devices are gone.
+    Disconnect,
+    /// `--stor nvmeof`: remove the lease's NVMe-oF export on all four
+    /// nodes and confirm nothing of it is left in their nvmet trees.
+    Unexport,
 }
 
 impl CleanupStep {
+    /// A DAOS lease's steps, in order.
     pub const ALL: [CleanupStep; 6] = [
         CleanupStep::KillJob,
         CleanupStep::RemoveClients,
@@ -58,6 +65,44 @@ impl CleanupStep {
         CleanupStep::StopServers,
         CleanupStep::Wipe,
     ];
+    /// A `--stor nvmeof` lease's steps, in order: the job ends, this host
+    /// lets go of the devices, the nodes stop exporting them, then wipe.
+    pub const NVMEOF: [CleanupStep; 4] = [
+        CleanupStep::KillJob,
+        CleanupStep::Disconnect,
+        CleanupStep::Unexport,
+        CleanupStep::Wipe,
+    ];
+}
+
+/// What a lease stands up on the four nodes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseKind {
+    /// `--inst`: a DAOS system in containers. A record without `kind` (of
+    /// an older broker) is one.
+    #[default]
+    Daos,
+    /// `--stor nvmeof`: the nodes' namespaces exported by the kernel NVMe
+    /// target, connected on the job's host.
+    Nvmeof,
+}
+
+impl LeaseKind {
+    /// Its cleanup steps, in order.
+    pub fn steps(self) -> &'static [CleanupStep] {
+        match self {
+            LeaseKind::Daos => &CleanupStep::ALL,
+            LeaseKind::Nvmeof => &CleanupStep::NVMEOF,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LeaseKind::Daos => "daos",
+            LeaseKind::Nvmeof => "nvmeof",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,6 +137,9 @@ pub struct Lease {
     /// The job (or Slurm job) the lease serves.
     pub owner: String,
     pub profile: String,
+    /// What the lease stands up (missing in an older record: DAOS).
+    #[serde(default)]
+    pub kind: LeaseKind,
     pub created_at: i64,
     #[serde(flatten)]
     pub phase: Phase,
@@ -103,8 +151,10 @@ pub struct Lease {
 impl Lease {
     /// The first cleanup step not yet confirmed (where `recover` resumes).
     pub fn next_step(&self) -> Option<CleanupStep> {
-        CleanupStep::ALL
-            .into_iter()
+        self.kind
+            .steps()
+            .iter()
+            .copied()
             .find(|s| !self.done.contains(s))
     }
 }
@@ -310,6 +360,18 @@ impl LeaseStore {
         profile: &str,
         now: i64,
     ) -> Result<Lease, LeaseError> {
+        self.create_kind(lease, owner, profile, LeaseKind::Daos, now)
+    }
+
+    /// [`LeaseStore::create`] of a lease of `kind`.
+    pub fn create_kind(
+        &self,
+        lease: &str,
+        owner: &str,
+        profile: &str,
+        kind: LeaseKind,
+        now: i64,
+    ) -> Result<Lease, LeaseError> {
         if !valid_name(lease) {
             return Err(LeaseError::Name(lease.to_string()));
         }
@@ -324,6 +386,7 @@ impl LeaseStore {
             lease: lease.to_string(),
             owner: owner.to_string(),
             profile: profile.to_string(),
+            kind,
             created_at: now,
             phase: Phase::Preparing,
             done: vec![],
@@ -535,6 +598,30 @@ mod tests {
         let (s, held) = LeaseStore::open(d.path(), 1).unwrap();
         assert!(held.is_none());
         (d, s)
+    }
+
+    #[test]
+    fn an_nvmeof_lease_cleans_in_its_own_steps_and_an_older_record_is_daos() {
+        let (d, s) = store();
+        let mut l = s
+            .create_kind("L1", "job 7", "nvmeof", LeaseKind::Nvmeof, 10)
+            .unwrap();
+        s.transition(&mut l, Phase::Cleaning, 11).unwrap();
+        let mut order = Vec::new();
+        while let Some(step) = l.next_step() {
+            order.push(step);
+            s.step_done(&mut l, step, "ok", 12).unwrap();
+        }
+        assert_eq!(order, CleanupStep::NVMEOF);
+        let back = s.load("L1").unwrap();
+        assert_eq!((back.kind, back.done.len()), (LeaseKind::Nvmeof, 4));
+        // A record written before `kind` existed.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.path().join("L1.json")).unwrap()).unwrap();
+        v.as_object_mut().unwrap().remove("kind");
+        let old: Lease = serde_json::from_value(v).unwrap();
+        assert_eq!(old.kind, LeaseKind::Daos);
+        assert_eq!(old.next_step(), Some(CleanupStep::RemoveClients));
     }
 
     #[test]

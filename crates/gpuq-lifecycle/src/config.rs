@@ -47,6 +47,16 @@ pub struct RawDaos {
     nodes: Vec<RawNode>,
     #[serde(default)]
     profiles: std::collections::BTreeMap<String, RawProfile>,
+    /// `[daos.stor.NAME]`: kernel storage profiles (`gpuq submit --stor
+    /// NAME`) on the same nodes; each node's `[stor.NAME]` says how.
+    #[serde(default)]
+    stor: std::collections::BTreeMap<String, RawStor>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStor {
+    kind: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -102,6 +112,8 @@ pub struct DaosConfig {
     pub deadlines: crate::Deadlines,
     pub nodes: Vec<DaosNode>,
     pub profiles: std::collections::BTreeMap<String, DaosProfile>,
+    /// `[daos.stor.NAME]`: the kernel storage profiles and their kinds.
+    pub stor: std::collections::BTreeMap<String, gpuq_protocol::node::StorKind>,
 }
 
 #[derive(Debug, Clone)]
@@ -273,6 +285,35 @@ pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
             },
         );
     }
+    let mut stor = std::collections::BTreeMap::new();
+    for (name, p) in d.stor {
+        if profiles.contains_key(&name) || !gpuq_protocol::node::valid_lease(&name) {
+            return Err(invalid(
+                "daos.stor",
+                format!("'{name}': a kernel storage profile's name uses letters, digits, - and _ and is not also a [daos.profiles] name"),
+            ));
+        }
+        match gpuq_protocol::node::StorKind::parse(&p.kind) {
+            Some(k @ gpuq_protocol::node::StorKind::Nvmeof) => {
+                stor.insert(name, k);
+            }
+            Some(k) => {
+                return Err(invalid(
+                    "daos.stor.kind",
+                    format!(
+                        "'{name}': --stor {} is not built yet; only \"nvmeof\"",
+                        k.name()
+                    ),
+                ))
+            }
+            None => {
+                return Err(invalid(
+                    "daos.stor.kind",
+                    format!("'{name}': {:?} is not a kind; expected \"nvmeof\"", p.kind),
+                ))
+            }
+        }
+    }
     let defaults = crate::Deadlines::default();
     let secs = |key: &'static str, v: Option<u64>, default: std::time::Duration| match v {
         None => Ok(default),
@@ -350,5 +391,6 @@ pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
         deadlines,
         nodes,
         profiles,
+        stor,
     })
 }

@@ -122,6 +122,35 @@ impl Daos {
     /// deadlines and this host's part. A profile no longer configured is
     /// an error: nothing is done with a configuration that does not say how.
     fn lifecycle(&self, profile: &str, client: Option<Host>) -> Result<Lifecycle, DaosError> {
+        let nodes = self
+            .links
+            .links()
+            .iter()
+            .map(|l| Node::new(l.name(), l.sockets().node_sock))
+            .collect();
+        if let Some(kind) = self.cfg.stor.get(profile) {
+            // `--stor`: nodes and this host's kernel; no containers here.
+            return Ok(Lifecycle {
+                store: self.store.clone(),
+                nodes,
+                profile: profile.to_string(),
+                replicas: Vec::new(),
+                deadlines: self.cfg.deadlines,
+                tls: None,
+                dmg: None,
+                host: None,
+                kind: match kind {
+                    gpuq_protocol::node::StorKind::Nvmeof => gpuq_lease::LeaseKind::Nvmeof,
+                    // Refused by the configuration's parse.
+                    k => {
+                        return Err(DaosError::Stor(format!(
+                            "--stor {} is not built yet",
+                            k.name()
+                        )))
+                    }
+                },
+            });
+        }
         let host = match client {
             Some(h) => self.with_dmg(h),
             None => self.host(profile)?,
@@ -132,18 +161,14 @@ impl Daos {
             .unwrap_or_default();
         Ok(Lifecycle {
             store: self.store.clone(),
-            nodes: self
-                .links
-                .links()
-                .iter()
-                .map(|l| Node::new(l.name(), l.sockets().node_sock))
-                .collect(),
+            nodes,
             profile: profile.to_string(),
             replicas,
             deadlines: self.cfg.deadlines,
             tls: None,
             dmg: None,
             host: Some(host),
+            kind: gpuq_lease::LeaseKind::Daos,
         })
     }
 
@@ -211,25 +236,10 @@ impl Daos {
         host: &Host,
         local: &dyn LocalSteps,
     ) -> Result<(Lease, Vec<(String, String)>), DaosError> {
-        let t = std::time::Instant::now();
-        let up = unless_stopped(host, self.links.ensure_all_up(self.link_timeout())).await?;
-        local.timed("prepare", "links", t.elapsed().as_secs_f64(), up.all_ok());
-        if !up.all_ok() {
-            let down = up
-                .nodes
-                .iter()
-                .filter_map(|n| {
-                    let e = n.result.as_ref().err()?;
-                    Some((n.node.clone(), e.to_string()))
-                })
-                .collect();
-            return Err(DaosError::LinksDown { down });
+        if host.stopped() {
+            return Err(DaosError::Stopped);
         }
-        local.note(&format!(
-            "links to {} nodes up ({:.2}s)",
-            self.links.links().len(),
-            t.elapsed().as_secs_f64()
-        ));
+        self.links_up(&host.stop, local).await?;
         // The lifecycle's own host (its cleanup on a failure) is never told
         // to stop.
         let mut lc = self.lifecycle(profile, Some(host.without_stop()))?;
@@ -319,6 +329,160 @@ impl Daos {
         local.checkpoint("agent_started");
         lc.mark_running(&mut l)?;
         Ok((l, host.job_env(lease)))
+    }
+
+    /// Every node link up (made again where one is down), or the nodes
+    /// that are not; `stop` (cancel, time limit) ends the wait.
+    async fn links_up(
+        &self,
+        stop: &Option<tokio::sync::watch::Receiver<bool>>,
+        local: &dyn LocalSteps,
+    ) -> Result<(), DaosError> {
+        let t = std::time::Instant::now();
+        let up = until(stop, self.links.ensure_all_up(self.link_timeout())).await?;
+        local.timed("prepare", "links", t.elapsed().as_secs_f64(), up.all_ok());
+        if !up.all_ok() {
+            let down = up
+                .nodes
+                .iter()
+                .filter_map(|n| {
+                    let e = n.result.as_ref().err()?;
+                    Some((n.node.clone(), e.to_string()))
+                })
+                .collect();
+            return Err(DaosError::LinksDown { down });
+        }
+        local.note(&format!(
+            "links to {} nodes up ({:.2}s)",
+            self.links.links().len(),
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(())
+    }
+
+    /// A `--stor nvmeof` lease for one job: links, lease (durable first),
+    /// preflight and export on all nodes, then this host connects to every
+    /// export and hands the namespaces' devices to `uid` (an ACL entry). Returns
+    /// the lease and the job's variables ([`crate::stor::job_env`]). On an
+    /// error the lease may exist: the caller always runs
+    /// [`Daos::cleanup_for`]. `stop` (cancel, time limit) ends the
+    /// preparation between steps; the connect, once begun, runs to its
+    /// end so that the cleanup's disconnect finds what it made.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn prepare_stor(
+        &self,
+        lease: &str,
+        owner: &str,
+        uid: u32,
+        profile: &str,
+        stop: Option<tokio::sync::watch::Receiver<bool>>,
+        local: &dyn LocalSteps,
+    ) -> Result<(Lease, Vec<(String, String)>), DaosError> {
+        let stopped = |stop: &Option<tokio::sync::watch::Receiver<bool>>| {
+            stop.as_ref().is_some_and(|s| *s.borrow())
+        };
+        self.links_up(&stop, local).await?;
+        let lc = self.lifecycle(profile, None)?;
+        if stopped(&stop) {
+            return Err(DaosError::Stopped);
+        }
+        let mut l = lc.preflight(lease, owner, local).await?;
+        let who = crate::stor::HostIdentity::generate().map_err(DaosError::Stor)?;
+        let exports = until(&stop, lc.export_all(&mut l, &who.token, local)).await??;
+        if stopped(&stop) {
+            return Err(DaosError::Stopped);
+        }
+        // No unprivileged user of this host may reach a listener (the
+        // target cannot tell them from the lease's host): checked at once
+        // on every node, before anything is connected.
+        let t = std::time::Instant::now();
+        let probes = exports.iter().map(|r| {
+            let (node, address, port) = (r.node.clone(), r.export.address.clone(), r.export.port);
+            tokio::spawn(async move {
+                crate::stor::unprivileged_cannot_reach(&node, &address, port).await
+            })
+        });
+        let reachable: Vec<String> = futures_join(probes)
+            .await
+            .into_iter()
+            .filter_map(|j| match j {
+                Ok(r) => r.err(),
+                Err(e) => Some(format!("a reachability check ended without an answer: {e}")),
+            })
+            .collect();
+        local.timed(
+            "prepare",
+            "reach",
+            t.elapsed().as_secs_f64(),
+            reachable.is_empty(),
+        );
+        if !reachable.is_empty() {
+            return Err(DaosError::Stor(reachable.join("; ")));
+        }
+        // Every node at once; each connect waits for its target. The
+        // write to /dev/nvme-fabrics is bounded by the kernel (TCP's SYN
+        // retries, then the admin queue's connect timeout), not by us: a
+        // connect cut short here would leave a controller that the
+        // cleanup's disconnect could miss; the wait for the namespaces
+        // after it has `within`.
+        let t = std::time::Instant::now();
+        let within = self.cfg.deadlines.start;
+        let connects = exports.into_iter().map(|r| {
+            let who = who.clone();
+            tokio::task::spawn_blocking(move || crate::stor::connect_one(&r, &who, uid, within))
+        });
+        let mut connected = Vec::new();
+        let mut failures = Vec::new();
+        for j in futures_join(connects).await {
+            match j {
+                Ok(Ok(c)) => connected.push(c),
+                Ok(Err(e)) => failures.push(e),
+                Err(e) => failures.push(format!("a connect ended without an answer: {e}")),
+            }
+        }
+        local.timed(
+            "prepare",
+            "connect",
+            t.elapsed().as_secs_f64(),
+            failures.is_empty(),
+        );
+        if !failures.is_empty() {
+            return Err(DaosError::Stor(format!(
+                "connect on this host failed: {}",
+                failures.join("; ")
+            )));
+        }
+        connected.sort_by(|a, b| a.node.cmp(&b.node));
+        local.note(&format!(
+            "connected to {} nodes and gave their devices to uid {uid}: {} ({:.2}s)",
+            connected.len(),
+            connected
+                .iter()
+                .map(|c| format!(
+                    "{} {} ({})",
+                    c.node,
+                    c.controller,
+                    c.namespaces
+                        .iter()
+                        .map(|n| n.path.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            t.elapsed().as_secs_f64()
+        ));
+        local.checkpoint("connected");
+        if stopped(&stop) {
+            return Err(DaosError::Stopped);
+        }
+        lc.mark_running(&mut l)?;
+        Ok((l, crate::stor::job_env(&connected)))
+    }
+
+    /// Whether `name` is a `[daos.stor.NAME]` profile.
+    pub fn is_stor_profile(&self, name: &str) -> bool {
+        self.cfg.stor.contains_key(name)
     }
 
     /// Clean up `lease` if it is still active and not held: every step,
@@ -975,13 +1139,34 @@ async fn unless_stopped<T>(
     if host.stopped() {
         return Err(DaosError::Stopped);
     }
-    let Some(mut stop) = host.stop.clone() else {
+    until(&host.stop, f).await
+}
+
+/// `f`, unless `stop` is set first (then [`DaosError::Stopped`]; `f` is
+/// dropped).
+async fn until<T>(
+    stop: &Option<tokio::sync::watch::Receiver<bool>>,
+    f: impl std::future::Future<Output = T>,
+) -> Result<T, DaosError> {
+    let Some(mut s) = stop.clone() else {
         return Ok(f.await);
     };
     tokio::select! {
         r = f => Ok(r),
-        _ = stop.wait_for(|s| *s) => Err(DaosError::Stopped),
+        _ = s.wait_for(|s| *s) => Err(DaosError::Stopped),
     }
+}
+
+/// Every task's answer, in order (all run at once).
+async fn futures_join<T>(
+    tasks: impl Iterator<Item = tokio::task::JoinHandle<T>>,
+) -> Vec<Result<T, tokio::task::JoinError>> {
+    let tasks: Vec<_> = tasks.collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for t in tasks {
+        out.push(t.await);
+    }
+    out
 }
 
 /// The names of the containers labelled with `lease` on the Podman at `sock`.

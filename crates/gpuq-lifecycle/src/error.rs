@@ -155,6 +155,9 @@ pub enum DaosError {
         #[source]
         source: Box<HostError>,
     },
+    /// `--stor`: this host's part (identity, connect, devices) failed.
+    #[error("{0}")]
+    Stor(String),
     /// The nodes' part (preflight refusals, a failed start, a held cleanup).
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),

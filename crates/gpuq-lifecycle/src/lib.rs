@@ -17,6 +17,7 @@ pub mod daos;
 pub mod error;
 pub mod host;
 pub mod nodes;
+pub mod stor;
 
 pub use error::{DaosError, HostError, PrepareStep};
 pub use gpuq_clienthost::ClientError;
@@ -219,6 +220,9 @@ pub struct Lifecycle {
     /// `system_stop` and its part of `wipe`. `None`: a lifecycle of the
     /// nodes alone (its host steps confirm that there is nothing).
     pub host: Option<host::Host>,
+    /// What a lease this lifecycle creates stands up (a lease it cleans
+    /// says so itself, in its record).
+    pub kind: gpuq_lease::LeaseKind,
 }
 
 impl Lifecycle {
@@ -233,7 +237,9 @@ impl Lifecycle {
         owner: &str,
         local: &dyn LocalSteps,
     ) -> Result<Lease, LifecycleError> {
-        let mut l = self.store.create(lease, owner, &self.profile, now())?;
+        let mut l = self
+            .store
+            .create_kind(lease, owner, &self.profile, self.kind, now())?;
         local.note(&format!(
             "lease {lease} created (durable) for profile {}",
             self.profile
@@ -280,7 +286,7 @@ impl Lifecycle {
             // without calling the nodes (a node holding another lease would
             // rightly refuse a stop for this one), and the lease is released.
             self.store.transition(&mut l, Phase::Cleaning, now())?;
-            for step in CleanupStep::ALL {
+            for &step in self.kind.steps() {
                 self.store.step_done(
                     &mut l,
                     step,
@@ -389,6 +395,75 @@ impl Lifecycle {
         Ok(awaiting)
     }
 
+    /// `--stor nvmeof`: export the lease's namespaces on all nodes at
+    /// once, for the host NQN of `host_token`. A failure cleans the lease
+    /// up (and holds it if that fails too).
+    pub async fn export_all(
+        &self,
+        l: &mut Lease,
+        host_token: &str,
+        local: &dyn LocalSteps,
+    ) -> Result<Vec<gpuq_protocol::node::ExportReport>, LifecycleError> {
+        let lease = l.lease.clone();
+        let t = std::time::Instant::now();
+        let req = json(&gpuq_protocol::node::ExportRequest {
+            profile: self.profile.clone(),
+            host_token: host_token.to_string(),
+        });
+        let exported = call_each::<gpuq_protocol::node::ExportReport>(
+            &self.nodes,
+            self.deadlines.start,
+            Method::POST,
+            &format!("/v1/leases/{lease}/export"),
+            &|_| Some(req.clone()),
+            Retry::Refused,
+        )
+        .await;
+        let failures: Vec<String> = exported
+            .iter()
+            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
+            .collect();
+        local.timed(
+            "prepare",
+            "export",
+            t.elapsed().as_secs_f64(),
+            failures.is_empty(),
+        );
+        if !failures.is_empty() {
+            local.note(&format!(
+                "export failed ({}): {}",
+                secs(t),
+                failures.join("; ")
+            ));
+            self.store.transition(l, Phase::Cleaning, now())?;
+            self.cleanup(l, local).await?;
+            return Err(LifecycleError::Refused {
+                lease,
+                reasons: failures,
+            });
+        }
+        let reports: Vec<_> = exported.into_iter().filter_map(|(_, r)| r.ok()).collect();
+        local.note(&format!(
+            "exported on {} nodes: {} ({})",
+            reports.len(),
+            reports
+                .iter()
+                .map(|r| format!(
+                    "{} {} namespace(s) on {} {}:{}",
+                    r.node,
+                    r.export.namespaces.len(),
+                    r.export.transport,
+                    r.export.address,
+                    r.export.port
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            secs(t)
+        ));
+        local.checkpoint("exported");
+        Ok(reports)
+    }
+
     /// This host's cleanup steps: the caller's `kill_job`, then this
     /// host's containers (none without [`Lifecycle::host`]).
     async fn host_step(
@@ -409,8 +484,11 @@ impl Lifecycle {
             CleanupStep::RemoveClients => Ok(host.remove_clients(lease).await?),
             CleanupStep::StopAgent => Ok(host.stop_agent(lease).await?),
             CleanupStep::SystemStop => Ok(host.system_stop(lease).await?),
-            CleanupStep::StopServers | CleanupStep::Wipe => {
-                Err(format!("{step:?} is a node step, not this host's").into())
+            CleanupStep::StopServers
+            | CleanupStep::Wipe
+            | CleanupStep::Disconnect
+            | CleanupStep::Unexport => {
+                Err(format!("{step:?} is not this host's container step").into())
             }
         }
     }
@@ -487,11 +565,28 @@ impl Lifecycle {
                             .collect()),
                     }
                 }
-                CleanupStep::StopServers | CleanupStep::Wipe => {
-                    let verb = if step == CleanupStep::Wipe {
-                        "wipe"
-                    } else {
-                        "stop"
+                CleanupStep::Disconnect => {
+                    // This host's NVMe-oF controllers of the lease.
+                    let lease = l.lease.clone();
+                    within(self.deadlines.stop, "disconnect", async move {
+                        tokio::task::spawn_blocking(move || crate::stor::disconnect_lease(&lease))
+                            .await
+                            .map_err(|e| format!("the disconnect ended without an answer: {e}"))?
+                    })
+                    .await
+                    .map_err(|message: String| {
+                        vec![Failure {
+                            host: None,
+                            node: None,
+                            message,
+                        }]
+                    })
+                }
+                CleanupStep::StopServers | CleanupStep::Wipe | CleanupStep::Unexport => {
+                    let verb = match step {
+                        CleanupStep::Wipe => "wipe",
+                        CleanupStep::Unexport => "unexport",
+                        _ => "stop",
                     };
                     let path = format!("/v1/leases/{}/{verb}", l.lease);
                     let d = if step == CleanupStep::Wipe {

@@ -33,6 +33,7 @@ fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
         replicas: vec![addr("da1").to_string()],
         deadlines: Default::default(),
         host: None,
+        kind: Default::default(),
     }
 }
 
