@@ -254,7 +254,7 @@ while [ ! -e go ]; do sleep 0.2; done
     let log = s.log(id);
     assert!(
         log.contains(&format!(
-            "re-adopted by a restarted broker: its DAOS lease {lease}"
+            "re-adopted by a restarted broker: its lease {lease}"
         )),
         "{log}"
     );

@@ -335,7 +335,11 @@ impl Broker {
         &self,
         req: &SubmitRequest,
     ) -> Option<Vec<(String, Result<gpuq_protocol::node::StorKernel, String>)>> {
-        gpuq_protocol::node::StorKind::parse(req.stor.as_deref()?)?;
+        let name = req.stor.as_deref()?;
+        let daos = self.daos.as_ref()?;
+        if !daos.is_stor_profile(name) {
+            gpuq_protocol::node::StorKind::parse(name)?;
+        }
         if req.inst.is_some() {
             return None;
         }
@@ -352,7 +356,14 @@ impl Broker {
     ) -> Result<SubmitResponse, ApiError> {
         let daos = match &self.daos {
             None => crate::submit::Daos::Off(&self.cfg),
-            Some(d) => crate::submit::Daos::Profiles(d.config().profiles.keys().cloned().collect()),
+            Some(d) => crate::submit::Daos::Profiles(
+                d.config().profiles.keys().cloned().collect(),
+                d.config()
+                    .stor
+                    .iter()
+                    .map(|(n, k)| (n.clone(), *k))
+                    .collect(),
+            ),
         };
         let limit = crate::submit::check(&req, &self.cfg, &daos, stor_nodes)?;
         if !peer.is_root() {
@@ -581,7 +592,7 @@ impl Broker {
                     (state, _) => {
                         return Err(ApiError::Conflict(format!(
                             "job {id} is already {state}; nothing to cancel{}",
-                            if job.inst.is_some() {
+                            if job.leased() {
                                 " (its DAOS lease is still being cleaned up; see `gpuq daos-status`)"
                             } else {
                                 ""
@@ -703,7 +714,7 @@ impl Broker {
             .filter(|l| matches!(l.phase, LeasePhase::Running | LeasePhase::Cleaning));
         let mut resume = lease.clone();
         for job in self.store.by_state(&[JobState::Running])? {
-            if job.inst.is_some() {
+            if job.leased() {
                 let ours = lease
                     .as_ref()
                     .filter(|l| daosjob::job_of_lease(&l.lease) == Some(job.id));
@@ -867,10 +878,10 @@ impl Broker {
             running.insert(job.id, Some(tx));
         }
         self.metrics.started(
-            job.inst.is_some(),
+            job.leased(),
             (job.started_at.unwrap_or_else(now) - job.submitted_at) as f64,
         );
-        if job.inst.is_some() {
+        if job.leased() {
             tokio::spawn(Arc::clone(self).supervise_daos(job, rx));
             return Ok(());
         }
@@ -1058,19 +1069,33 @@ impl Broker {
             reason: Some(why),
             ended_at: now(),
         };
-        let profile = job.inst.clone().unwrap_or_default();
-        let (daos, host) = match self
-            .daos
-            .as_ref()
-            .map(|d| (Arc::clone(d), d.host(&profile)))
-        {
-            Some((d, Ok(h))) => (d, h),
-            Some((_, Err(e))) => return self.record_end(&job, &fail_early(e.to_string())),
-            None => {
+        // `--inst NAME` (DAOS) or `--stor NAME` (kernel storage).
+        let stor = job.stor.is_some();
+        let profile = job
+            .inst
+            .clone()
+            .or_else(|| job.stor.clone())
+            .unwrap_or_default();
+        let Some(daos) = self.daos.as_ref().map(Arc::clone) else {
+            return self.record_end(
+                &job,
+                &fail_early("storage jobs are no longer enabled on this broker".into()),
+            );
+        };
+        let host = if stor {
+            if !daos.is_stor_profile(&profile) {
                 return self.record_end(
                     &job,
-                    &fail_early("DAOS jobs are no longer enabled on this broker".into()),
-                )
+                    &fail_early(format!(
+                        "--stor {profile} is no longer a profile of this broker ([daos.stor])"
+                    )),
+                );
+            }
+            None
+        } else {
+            match daos.host(&profile) {
+                Ok(h) => Some(h),
+                Err(e) => return self.record_end(&job, &fail_early(e.to_string())),
             }
         };
         // Opened once: the preparation's lines go in by path, the job's
@@ -1085,19 +1110,33 @@ impl Broker {
         // waits for it: a container being created when the cancel came must
         // exist before the cleanup looks for it.
         let (stop_prep, stop_rx) = tokio::sync::watch::channel(false);
-        let mut host = host;
-        host.set_stop(stop_rx);
+        let host = host.map(|mut h| {
+            h.set_stop(stop_rx.clone());
+            h
+        });
         let local = self.local_for(&job);
         note(&format!(
-            "job {id} started as {} (uid {}) in {}: DAOS profile {profile}, lease {lease}; the limit {} covers preparation and the job",
+            "job {id} started as {} (uid {}) in {}: {} profile {profile}, lease {lease}; the limit {} covers preparation and the job",
             job.user,
             job.uid,
             job.cwd,
+            if stor { "--stor" } else { "DAOS" },
             duration::format(job.time_limit_secs)
         ));
         let owner = format!("job {id} ({}, uid {})", job.user, job.uid);
         let t0 = std::time::Instant::now();
-        let prepare = daos.prepare(&lease, &owner, job.uid, &profile, &host, &local);
+        let prepare = async {
+            match &host {
+                Some(h) => {
+                    daos.prepare(&lease, &owner, job.uid, &profile, h, &local)
+                        .await
+                }
+                None => {
+                    daos.prepare_stor(&lease, &owner, job.uid, &profile, Some(stop_rx), &local)
+                        .await
+                }
+            }
+        };
         tokio::pin!(prepare);
         let prepared = tokio::select! {
             r = &mut prepare => Ok(r),
@@ -1121,15 +1160,20 @@ impl Broker {
         }
         let why = match prepared {
             Err(w) => w,
-            Ok(Err(e)) => Why::Failed(format!("DAOS preparation failed: {e}")),
+            Ok(Err(e)) => Why::Failed(format!(
+                "{} preparation failed: {e}",
+                if stor { "--stor" } else { "DAOS" }
+            )),
             Ok(Ok((_lease, daos_env))) => {
                 note(&format!(
-                    "DAOS system ready in {:.2}s; starting the job",
+                    "{} ready in {:.2}s; starting the job",
+                    if stor { "storage" } else { "DAOS system" },
                     t0.elapsed().as_secs_f64()
                 ));
                 let mut env = policy::filter_env(&job.env, id.0);
                 env.extend(daos_env);
-                // `gpuq daos-exec` in the job reaches this broker.
+                // `gpuq daos-exec` in the job reaches this broker (a
+                // `--stor` job has no DAOS; its variable is harmless).
                 env.push(("GPUQ_SOCKET".into(), self.cfg.socket.display().to_string()));
                 let spec = JobSpec {
                     id,
@@ -1174,7 +1218,7 @@ impl Broker {
         };
         let local = self.local_for(&job);
         local.note(&format!(
-            "job {} re-adopted by a restarted broker: its DAOS lease {lease} is still up",
+            "job {} re-adopted by a restarted broker: its lease {lease} is still up",
             job.id
         ));
         let why = self
@@ -1191,6 +1235,9 @@ impl Broker {
         let Some(daos) = self.daos.as_ref() else {
             return;
         };
+        if daos.is_stor_profile(&lease.profile) {
+            return; // no daos-exec sessions on a --stor lease
+        }
         let local = self.local_for(job);
         let what = match daos.host(&lease.profile) {
             Ok(host) => match host.remove_clients(&lease.lease).await {
@@ -1210,6 +1257,10 @@ impl Broker {
     fn daos_for(&self, lease: &str) -> Option<Arc<Daos>> {
         let daos = Arc::clone(self.daos.as_ref()?);
         let profile = daos.active().map(|l| l.profile).unwrap_or_default();
+        if daos.is_stor_profile(&profile) {
+            // A --stor lease: nodes and this host's kernel, no containers.
+            return Some(daos);
+        }
         match daos.host(&profile) {
             Ok(_) => Some(daos),
             Err(e) => {

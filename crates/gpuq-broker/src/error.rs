@@ -102,7 +102,7 @@ fn daos_status(e: &gpuq_lifecycle::DaosError) -> (StatusCode, ErrorCode) {
             source: gpuq_lease::LeaseError::Busy { .. } | gpuq_lease::LeaseError::Held { .. },
             ..
         } => conflict,
-        D::Host { .. } | D::Lease { .. } => internal,
+        D::Host { .. } | D::Lease { .. } | D::Stor(_) => internal,
         D::Lifecycle(l) => match l {
             L::Refused { .. } | L::Held { .. } | L::NothingToRecover => conflict,
             L::Lease(_) => internal,

@@ -54,6 +54,12 @@ pub struct Job {
 }
 
 impl Job {
+    /// Whether the job has a lease on the storage nodes (`--inst` or
+    /// `--stor`): it starts, ends and recovers through the lease.
+    pub fn leased(&self) -> bool {
+        self.inst.is_some() || self.stor.is_some()
+    }
+
     pub fn into_view(self) -> JobView {
         JobView {
             id: self.id,

@@ -20,8 +20,9 @@ pub const MAX_NAME: usize = 64;
 pub enum Daos<'a> {
     /// No enabled `[daos]`: `--inst` is refused with the config's reason.
     Off(&'a BrokerConfig),
-    /// The configured profiles.
-    Profiles(Vec<String>),
+    /// The configured `[daos.profiles]` (for `--inst`) and `[daos.stor]`
+    /// profiles with their kinds (for `--stor`).
+    Profiles(Vec<String>, Vec<(String, StorKind)>),
 }
 
 /// Check `req`; the job's time limit in seconds if it may be stored.
@@ -86,7 +87,16 @@ fn kinds(
 ) -> Result<(), ApiError> {
     let bad = |m: String| Err(ApiError::BadRequest(m));
     if let Some(name) = &req.stor {
-        let Some(kind) = StorKind::parse(name) else {
+        if req.inst.is_some() {
+            return bad(
+                "--inst and --stor cannot go together: a job has one kind of storage".into(),
+            );
+        }
+        let profile = match daos {
+            Daos::Profiles(_, stor) => stor.iter().find(|(n, _)| n == name).map(|(_, k)| *k),
+            Daos::Off(_) => None,
+        };
+        let Some(kind) = profile.or_else(|| StorKind::parse(name)) else {
             return bad(format!(
                 "--stor '{name}' is not a storage kind: use one of {}",
                 StorKind::ALL.map(StorKind::name).join(", ")
@@ -104,9 +114,18 @@ fn kinds(
                  use --inst, or ask the operator for nodes whose kernel has it"
             )));
         }
-        return Err(ApiError::NotEnabled(format!(
-            "kernel storage jobs (--stor {name}) are not enabled on this broker yet; use --inst"
-        )));
+        if profile.is_none() {
+            return Err(ApiError::NotEnabled(format!(
+                "kernel storage jobs (--stor {name}) are not enabled on this broker yet; use --inst"
+            )));
+        }
+        if stor_nodes.is_none() {
+            // The nodes must have been asked (the broker always does).
+            return Err(ApiError::NotEnabled(format!(
+                "--stor {name}: the storage nodes' kernels were not asked; try again"
+            )));
+        }
+        return Ok(());
     }
     if let Some(inst) = &req.inst {
         match daos {
@@ -115,13 +134,13 @@ fn kinds(
                     cfg.daos_off(&format!("--inst {inst}")),
                 ))
             }
-            Daos::Profiles(p) if !p.contains(inst) => {
+            Daos::Profiles(p, _) if !p.contains(inst) => {
                 return bad(format!(
                     "--inst '{inst}' is not a DAOS profile here; configured: {}",
                     p.join(", ")
                 ))
             }
-            Daos::Profiles(_) => {}
+            Daos::Profiles(..) => {}
         }
     }
     Ok(())
@@ -304,7 +323,7 @@ mod tests {
     #[test]
     fn inst_must_name_a_configured_profile() {
         let c = cfg();
-        let p = Daos::Profiles(vec!["inst1".into(), "inst2".into()]);
+        let p = Daos::Profiles(vec!["inst1".into(), "inst2".into()], vec![]);
         let mut r = req(&["true"]);
         r.inst = Some("inst2".into());
         assert!(check(&r, &c, &p, None).is_ok());
@@ -317,7 +336,7 @@ mod tests {
     #[test]
     fn stor_names_the_nodes_whose_kernel_lacks_the_kind_grouped_by_reason_and_stores_nothing() {
         let c = cfg();
-        let p = Daos::Profiles(vec!["inst1".into()]);
+        let p = Daos::Profiles(vec!["inst1".into()], vec![]);
         let yes = || Support {
             available: true,
             missing: None,
@@ -354,8 +373,8 @@ mod tests {
             msg.contains("(da4: not reachable: ssh: timed out)"),
             "{msg}"
         );
-        // Every node can: still refused (the stand-up is not built), in
-        // one line that says so.
+        // Every node can, but the broker has no [daos.stor] profile for
+        // it: refused in one line that says so.
         let all: Vec<_> = ["da1", "da2", "da3", "da4"]
             .iter()
             .map(|n| (n.to_string(), Ok(kernel(yes()))))
@@ -363,6 +382,19 @@ mod tests {
         let (code, msg) = refused(check(&r, &c, &p, Some(&all)));
         assert_eq!(code, "not_enabled");
         assert!(msg.contains("not enabled on this broker yet"), "{msg}");
+        // With the profile: accepted; with --inst too: refused.
+        let with = Daos::Profiles(
+            vec!["inst1".into()],
+            vec![("nvmeof".into(), StorKind::Nvmeof)],
+        );
+        assert!(check(&r, &c, &with, Some(&all)).is_ok());
+        let (code, msg) = refused(check(&r, &c, &with, Some(&nodes)));
+        assert_eq!(code, "not_enabled", "{msg}");
+        r.inst = Some("inst1".into());
+        let (code, msg) = refused(check(&r, &c, &with, Some(&all)));
+        assert_eq!(code, "bad_request");
+        assert!(msg.contains("cannot go together"), "{msg}");
+        r.inst = None;
         // Without [daos] there are no nodes to ask: the config's reason.
         let (_, msg) = refused(check(&r, &c, &Daos::Off(&c), None));
         assert!(

@@ -356,11 +356,17 @@ pub fn daos_status(v: &serde_json::Value) -> String {
         Some(l) => {
             let _ = writeln!(
                 o,
-                "lease {} ({}) for {}, profile {}",
+                "lease {} ({}) for {}, profile {}{}",
                 s(&l["lease"]),
                 s(&l["phase"]),
                 s(&l["owner"]),
-                s(&l["profile"])
+                s(&l["profile"]),
+                // A --stor lease says its kind; a DAOS one (or an older
+                // record) says nothing more.
+                match l.get("kind").and_then(|k| k.as_str()) {
+                    Some(k) if k != "daos" => format!(" (--stor {})", esc(k)),
+                    _ => String::new(),
+                }
             );
         }
         None => {
