@@ -147,11 +147,21 @@ fn stage(dir: &Path) {
         .unwrap()
         .join("x86_64-unknown-linux-gnu/release/daos-sim");
     let rel = release_dir();
+    // The broker's crash-points test build (tests/run builds it first;
+    // debug, this host's glibc = the guest's Debian 12): the --stor crash
+    // loop in site-physical.sh.
+    let crash = bin_dir().join("gpuq-broker-crash-points");
+    assert!(
+        crash.is_file(),
+        "no {} — build it as tests/run does (cargo build -p gpuq-broker --features crash-points, copied to that name)",
+        crash.display()
+    );
     let bins = [
         rel.join("gpuq-broker"),
         rel.join("gpuq"),
         rel.join("gpuq-node"),
         sim,
+        crash,
     ];
     for b in &bins {
         assert!(
@@ -396,6 +406,15 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "next-job-runs",
             "preflight-refuses-a-partitioned-namespace-on-da2-and-touches-nothing",
             "preflight-refuses-a-namespace-exported-by-nvmet-on-da4-and-touches-nothing",
+            "stor-nvmeof-preflight-refuses-a-foreign-nvmet-subsystem-and-touches-nothing",
+            "stor-nvmeof-refused-while-unprivileged-users-could-reach-the-listeners",
+            "stor-nvmeof-job-writes-its-four-nodes-devices-as-the-user-and-another-user-cannot-open-them",
+            "stor-nvmeof-cleanup-disconnects-unexports-wipes-and-leaves-nothing",
+            "stor-nvmeof-cancel-during-stand-up-cleans-and-releases",
+            "stor-nvmeof-kill-9-while-preparing-ends-held-or-clean-and-recover-leaves-nothing",
+            "stor-nvmeof-kill-9-while-the-job-runs-is-re-adopted-and-cleaned",
+            "stor-nvmeof-a-failed-unexport-holds-naming-the-node-wipes-nothing-and-recover-finishes",
+            "stor-nvmeof-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty",
             "a-mounted-namespace-holds-the-cleanup-at-the-wipe-untouched",
             "recover-refuses-while-a-foreign-filesystem-is-there",
             "after-umount-and-wipefs-recover-completes-and-the-held-job-runs",

@@ -18,6 +18,10 @@
 set -eu
 F=${F:-/gpuq}
 ALL=1; [ "${SITE_SCENARIOS:-all}" = all ] || ALL=0
+# --stor nvmeof profiles on the nodes and the broker: for all scenarios and
+# for stor-bench (integration/bench/stor-nvmeof.sh: the cluster, the
+# activation, then only the benchmark).
+STOR=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-bench ] || STOR=1
 D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
@@ -100,6 +104,7 @@ done
 zero_range "$BYSTANDER" 0 $((8 << 20)) || fail setup "$BYSTANDER is not zero before the test"
 
 # --- the cluster, physical profile -------------------------------------------
+addr() { case $1 in da1) echo 10.200.0.11;; da2) echo 10.200.0.12;; da3) echo 10.200.0.13;; da4) echo 10.200.0.14;; esac; }
 mkdir -p /etc/gpuq-site/devices /var/log/gpuq-site
 for n in da1 da2 da3 da4; do
   {
@@ -109,6 +114,8 @@ for n in da1 da2 da3 da4; do
     done
     # The site's pre-existing DAOS service, as gpuq activate's plan sees it.
     if [ "$ALL" = 1 ]; then printf '[activation]\nunits = ["daos_server.service"]\n\n'; fi
+    # --stor nvmeof (#18): this node's listener on its own address.
+    if [ "$STOR" = 1 ]; then printf '[stor.nvmeof]\nkind = "nvmeof"\ntransport = "tcp"\naddress = "%s"\n\n' "$(addr "$n")"; fi
   } >"/etc/gpuq-site/devices/$n.toml"
 done
 IMAGE=$(cat "$F/image-id")
@@ -129,7 +136,6 @@ install -m 755 "$F/gpuq" /usr/local/bin/gpuq
 # must be root's, 0755, in root-only directories (the broker checks).
 install -m 755 "$F/gpuq-broker" /usr/local/sbin/gpuq-broker
 mkdir -p -m 755 /var/lib/gpuq-site /run/gpuq-site /var/log/gpuq-site/jobs
-addr() { case $1 in da1) echo 10.200.0.11;; da2) echo 10.200.0.12;; da3) echo 10.200.0.13;; da4) echo 10.200.0.14;; esac; }
 {
   cat <<TOML
 [broker]
@@ -158,10 +164,14 @@ TOML
       "$n" "$n" "$(addr $n)" "$D/$n/run/node.sock" "$D/$n/run/podman.sock"
   done
   printf '\n[daos.profiles.inst1]\nimage = "%s"\nreplicas = ["%s"]\n' "$IMAGE" "$(addr da1)"
+  if [ "$STOR" = 1 ]; then printf '\n[daos.stor.nvmeof]\nkind = "nvmeof"\n'; fi
 } >/etc/gpuq-site/broker.toml
 chmod 644 /etc/gpuq-site/broker.toml
+# start_broker [BINARY [CRASH_POINT]]: the shipped broker by default; the
+# crash-points build (a test build that aborts at CRASH_POINT) for the
+# --stor crash loop.
 start_broker() {
-  setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug /usr/local/sbin/gpuq-broker --config /etc/gpuq-site/broker.toml \
+  setsid nsenter --net=$NS_CXL2 env GPUQ_LOG=debug ${2:+GPUQ_CRASH_AT=$2} "${1:-/usr/local/sbin/gpuq-broker}" --config /etc/gpuq-site/broker.toml \
     </dev/null >>/var/log/gpuq-site/broker.log 2>&1 &
   echo $! >/var/lib/gpuq-site/broker.pid
   i=0; until [ -S /run/gpuq-site/broker.sock ] && gq list >/dev/null 2>&1; do
@@ -343,6 +353,96 @@ mkdir -p /w/alice && chown 61001:61001 /w/alice && chmod 700 /w/alice
 printf 'gpuq site VM payload %s\n' "$(date +%s%N)" >/w/alice/payload
 chown 61001:61001 /w/alice/payload
 PAYLOAD=$(cat /w/alice/payload)
+
+# --- stor-bench (integration/bench/stor-nvmeof.sh): one --stor nvmeof job's
+# stand-up and cleanup, gpuq against the same steps by hand as the original
+# did them: from cxl2, one ssh per node and step, configfs written by a
+# shell (what nvmetcli does, without its checks), the connect written to
+# /dev/nvme-fabrics (what `nvme connect` does), the devices chowned to the
+# user, and at the end delete_controller, the configfs objects removed and
+# `blkdiscard` of each namespace. No checks, no records, no audit: the
+# difference is what gpuq's safety costs. Prints
+# "STOR-BENCH gpuq|hand RUN standup S cleanup S".
+if [ "${SITE_SCENARIOS:-all}" = stor-bench ]; then
+  modprobe -a nvmet nvmet-tcp nvme-tcp || fail bench "modprobe"
+  mountpoint -q /sys/kernel/config || mount -t configfs configfs /sys/kernel/config || fail bench "configfs"
+  nsenter --net=$NS_CXL2 iptables -A OUTPUT -p tcp --dport 4420 -m owner --uid-owner 1-4294967294 \
+    -j REJECT --reject-with tcp-reset || fail bench "iptables"
+  nsh() { nsenter --net=$NS_CXL2 ssh -F "$D/ssh/ssh_config" -i "$D/cxl2/ssh/id_harness" "$@"; }
+  tnow() { date +%s.%N; }
+  dt() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b-a}'; }
+  until_file() { # path secs what
+    k=0; until [ -e "$1" ]; do k=$((k+1)); [ $k -lt $(($2 * 20)) ] || fail bench "$3"; sleep 0.05; done
+  }
+  C=/sys/kernel/config/nvmet
+  HOSTNQN=nqn.2026-12.org.bench:host
+  HOSTID=6c0ae1e2-3d4b-4c5d-8e6f-708192a3b4c5
+  for r in $(seq 1 "${STOR_BENCH_N:-5}"); do
+    rm -f /w/alice/bench-ran
+    t0=$(tnow)
+    idb=$(as_alice gpuq submit --stor nvmeof -- touch /w/alice/bench-ran) || fail bench "submit"
+    until_file /w/alice/bench-ran 300 "gpuq run $r: the job did not run: $(gq status "$idb" --json)"
+    t1=$(tnow)
+    k=0; while [ -e $state_dir/active.json ]; do
+      [ ! -e $state_dir/blocked.json ] || fail bench "held: $(cat $state_dir/blocked.json)"
+      k=$((k+1)); [ $k -lt 6000 ] || fail bench "not released"; sleep 0.05
+    done
+    t2=$(tnow)
+    echo "STOR-BENCH gpuq $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
+
+    rm -f /w/alice/bench-ran
+    t0=$(tnow)
+    port=100
+    for n in da1 da2 da3 da4; do
+      port=$((port + 1))
+      S=$C/subsystems/nqn.2026-12.org.bench:$n
+      cmds="set -e; mkdir $S; echo 0 >$S/attr_allow_any_host; ns=0"
+      while read -r nn s p i; do
+        [ "$nn" = "$n" ] || continue
+        d=$(dev_of "$s" "$i")
+        cmds="$cmds; ns=\$((ns+1)); mkdir $S/namespaces/\$ns; echo -n $d >$S/namespaces/\$ns/device_path; echo 1 >$S/namespaces/\$ns/enable"
+      done <<<"$ALLOW"
+      cmds="$cmds; mkdir -p $C/hosts/$HOSTNQN; ln -s $C/hosts/$HOSTNQN $S/allowed_hosts/$HOSTNQN"
+      cmds="$cmds; mkdir $C/ports/$port; echo tcp >$C/ports/$port/addr_trtype; echo ipv4 >$C/ports/$port/addr_adrfam"
+      cmds="$cmds; echo $(addr $n) >$C/ports/$port/addr_traddr; echo 4420 >$C/ports/$port/addr_trsvcid; ln -s $S $C/ports/$port/subsystems/"
+      nsh "$n" "$cmds" || fail bench "by hand: export on $n"
+    done
+    for n in da1 da2 da3 da4; do
+      nsenter --net=$NS_CXL2 bash -c "exec 3<>/dev/nvme-fabrics; printf 'transport=tcp,traddr=$(addr $n),trsvcid=4420,nqn=nqn.2026-12.org.bench:$n,hostnqn=$HOSTNQN,hostid=$HOSTID' >&3; read -r l <&3" \
+        || fail bench "by hand: connect to $n"
+    done
+    k=0; until [ "$(cat /sys/class/nvme-subsystem/*/subsysnqn | grep -c '^nqn.2026-12.org.bench:da')" = 4 ] \
+      && [ "$(for x in /sys/class/nvme-subsystem/*; do grep -q '^nqn.2026-12.org.bench:' "$x/subsysnqn" && ls "$x"; done | grep -c '^nvme[0-9]*n[0-9]*$')" = 5 ]; do
+      k=$((k+1)); [ $k -lt 2000 ] || fail bench "by hand: not five devices"; sleep 0.05
+    done
+    bdevs=$(for x in /sys/class/nvme-subsystem/*; do grep -q '^nqn.2026-12.org.bench:' "$x/subsysnqn" && ls "$x"; done | grep '^nvme[0-9]*n[0-9]*$' | sed 's|^|/dev/|')
+    # shellcheck disable=SC2086
+    chown 61001 $bdevs
+    as_alice touch /w/alice/bench-ran
+    t1=$(tnow)
+    for c in /sys/class/nvme/nvme*; do
+      if grep -q '^nqn.2026-12.org.bench:' "$c/subsysnqn"; then echo 1 >"$c/delete_controller"; fi
+    done
+    port=100
+    for n in da1 da2 da3 da4; do
+      port=$((port + 1))
+      S=$C/subsystems/nqn.2026-12.org.bench:$n
+      cmds="set -e; rm $C/ports/$port/subsystems/nqn.2026-12.org.bench:$n; rmdir $C/ports/$port"
+      cmds="$cmds; for x in $S/namespaces/*; do rmdir \$x; done; rm $S/allowed_hosts/$HOSTNQN; rmdir $S"
+      [ "$n" = da4 ] && cmds="$cmds; rmdir $C/hosts/$HOSTNQN"
+      while read -r nn s p i; do
+        [ "$nn" = "$n" ] || continue
+        cmds="$cmds; blkdiscard -f $(dev_of "$s" "$i")"
+      done <<<"$ALLOW"
+      nsh "$n" "$cmds" || fail bench "by hand: cleanup on $n"
+    done
+    t2=$(tnow)
+    [ -z "$(find $C -mindepth 2 -maxdepth 2)" ] || fail bench "by hand left: $(find $C -mindepth 2 -maxdepth 2)"
+    echo "STOR-BENCH hand $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
+  done
+  modprobe -r nvme-tcp nvmet-tcp nvmet || true
+  finish
+fi
 
 # --- scenario 1: an ordinary user's --inst job writes data ---------------------
 cat >/w/alice/job.sh <<'JOB'
@@ -600,8 +700,24 @@ id6=$(as_alice gpuq submit --inst inst1 -- sh -c 'touch ran') || { unexport; fai
 wait_state "$id6" failed 300
 mark preflight-refusal-nvmet
 log6=$(cat "$(field "$(gq status "$id6" --json)" log_path)")
+# The same foreign subsystem refuses a --stor nvmeof job's preflight on
+# every node (one kernel here: all four see it), before anything is made.
+before6=$(node_state); cfs_before=$(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2 | sort)
+id7=$(as_alice gpuq submit --stor nvmeof -- sh -c 'touch ran') || { unexport; fail stor-foreign "submit"; }
+wait_state "$id7" failed 300
+log7=$(cat "$(field "$(gq status "$id7" --json)" log_path)")
+cfs_after=$(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2 | sort)
 unexport
-modprobe -r nvmet || fail nvmet "modprobe -r nvmet"
+echo "$log7" | grep -q 'preflight refused' || fail stor-foreign "no preflight refusal: $log7"
+for h in da1 da2 da3 da4; do
+  echo "$log7" | grep -q "$h: foreign_subsystem: .*nqn.2026-12.org.example:someone-else" || fail stor-foreign "$h did not name the foreign subsystem: $log7"
+done
+[ "$cfs_after" = "$cfs_before" ] || fail stor-foreign "nvmet's tree changed: $cfs_before -> $cfs_after"
+[ ! -e /w/alice/ran ] || fail stor-foreign "the job ran"
+[ "$(node_state)" = "$before6" ] || fail stor-foreign "a node changed: before: $before6; after: $(node_state)"
+[ ! -e $state_dir/blocked.json ] || fail stor-foreign "held: $(cat $state_dir/blocked.json)"
+wait_released stor-foreign 60
+ok stor-nvmeof-preflight-refuses-a-foreign-nvmet-subsystem-and-touches-nothing
 echo "$log6" | grep -q 'da4' || fail nvmet "da4 not named: $log6"
 echo "$log6" | grep -q 'exported over NVMe-oF by nvmet: subsystem nqn.2026-12.org.example:someone-else namespace 1' \
   || fail nvmet "no nvmet_export reason: $log6"
@@ -611,6 +727,258 @@ for h in da1 da2 da3; do echo "$log6" | grep -q "$h: .*refus" && fail nvmet "$h 
 [ "$(writes_of "$D4")" = "$w4" ] || fail nvmet "$D4 was written: $w4, now $(writes_of "$D4")"
 [ ! -e $state_dir/blocked.json ] || fail nvmet "held: $(cat $state_dir/blocked.json)"
 ok preflight-refuses-a-namespace-exported-by-nvmet-on-da4-and-touches-nothing
+
+# --- scenario 4: --stor nvmeof (#18) --------------------------------------------
+# The operator loads the target's TCP transport and the host's (as
+# modules-load.d would at boot); nvmet is loaded from scenario 2b.
+modprobe -a nvmet-tcp nvme-tcp || fail stor "modprobe nvmet-tcp nvme-tcp"
+# Without the operator's firewall rule an unprivileged user of cxl2 could
+# reach the nodes' NVMe/TCP listeners (no authentication in this kernel):
+# the job is refused after the export, in one line naming the rule, and
+# nothing of it is left.
+last=$(date +%s.%N)
+idr=$(as_alice gpuq submit --stor nvmeof -- touch /w/alice/ran) || fail stor-reach "submit"
+wait_state "$idr" failed 300
+wait_released stor-reach 300
+mark stor-unreachable-refusal
+jr=$(gq status "$idr" --json)
+printf '%s' "$jr" | grep -q 'an unprivileged user of this host can connect to its NVMe/TCP listener' \
+  || fail stor-reach "no reachability refusal: $jr"
+[ ! -e /w/alice/ran ] || fail stor-reach "the job ran"
+[ -z "$(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2)" ] || fail stor-reach "nvmet objects left"
+for c in /sys/class/nvme/nvme*; do
+  if grep -q '^nqn.2026-12.io.gpuq:' "$c/subsysnqn"; then fail stor-reach "controller $c connected"; fi
+done
+ok stor-nvmeof-refused-while-unprivileged-users-could-reach-the-listeners
+# The operator's rule on the GPU host (cxl2): non-root sockets to 4420 are
+# reset. The kernel initiator's sockets have no file, so no owner: allowed.
+nsenter --net=$NS_CXL2 iptables -A OUTPUT -p tcp --dport 4420 -m owner --uid-owner 1-4294967294 \
+  -j REJECT --reject-with tcp-reset || fail stor "iptables"
+# alice's job writes its own mark at the start of every device it was
+# given, records what it got, and waits; meanwhile another user must not
+# open them and the nodes' namespaces must show alice's writes.
+cat >/w/alice/stor.sh <<'JOB'
+#!/bin/sh
+set -e
+echo "$GPUQ_STOR_DEVICES" >/w/alice/stor-devices
+env | grep '^GPUQ_STOR_DEVICES_' | sort >/w/alice/stor-per-node
+for d in $GPUQ_STOR_DEVICES; do
+  printf 'alice-was-here %s\n' "$d" | dd of="$d" bs=4096 conv=sync,fsync status=none
+done
+touch /w/alice/stor-written
+i=0; while [ ! -e /w/alice/stor-go ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
+# Again, after the nodes were put back as udev does on a change event.
+for d in $GPUQ_STOR_DEVICES; do
+  printf 'alice-again %s\n' "$d" | dd of="$d" bs=4096 seek=1 conv=sync,fsync status=none
+done
+touch /w/alice/stor-written-again
+JOB
+chown 61001:61001 /w/alice/stor.sh; chmod 755 /w/alice/stor.sh
+rm -f /w/alice/stor-*
+last=$(date +%s.%N)
+id8=$(as_alice gpuq submit --stor nvmeof -- /w/alice/stor.sh) || fail stor "submit"
+i=0; until [ -e /w/alice/stor-written ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail stor "the job wrote nothing after 300 s: $(gq status "$id8" --json); $(cat "$(field "$(gq status "$id8" --json)" log_path)")"
+  sleep 0.5
+done
+mark stor-submit-to-written
+devs=$(cat /w/alice/stor-devices)
+[ "$(echo $devs | wc -w)" = 5 ] || fail stor "not five devices (da4 has two): $devs"
+[ "$(wc -l </w/alice/stor-per-node)" = 4 ] || fail stor "not one variable per node: $(cat /w/alice/stor-per-node)"
+grep -q '^GPUQ_STOR_DEVICES_DA4=/dev/nvme[0-9]*n[0-9]* /dev/nvme[0-9]*n[0-9]*$' /w/alice/stor-per-node || fail stor "da4 not two devices: $(cat /w/alice/stor-per-node)"
+for d in $devs; do
+  # What udev does to a block node on every change event (a writer's
+  # close is one): alice's access is an ACL entry, which this keeps.
+  chown root:disk "$d" && chmod 660 "$d" || fail stor "chown/chmod $d"
+  setpriv --reuid=61002 --regid=61002 --clear-groups dd if="$d" of=/dev/null bs=4096 count=1 status=none 2>/dev/null \
+    && fail stor "another user read $d"
+done
+# Each node's own namespace holds what alice wrote through the fabric.
+echo "$ALLOW" | while read -r n s p i; do
+  d=$(dev_of "$s" "$i")
+  head -c 15 "$d" | grep -q '^alice-was-here' || fail stor "$n $d does not hold alice's mark: $(head -c 40 "$d" | od -c | head -2)"
+done
+rm -f /w/alice/stor-written-again
+# The listener is in each node's own network namespace, on its address.
+for n in da1 da2 da3 da4; do
+  nsenter --net=/run/netns/$P-$n ss -ltnH | grep -q "$(addr $n):4420" || fail stor "$n: no listener on $(addr $n):4420"
+done
+ss -ltnH | grep -q ':4420' && fail stor "a listener in the guest's own namespace"
+# Another user on cxl2 cannot reach a listener (the rule above).
+nsenter --net=$NS_CXL2 setpriv --reuid=61002 --regid=61002 --clear-groups \
+  timeout 5 bash -c "exec 3<>/dev/tcp/$(addr da1)/4420" 2>/dev/null && fail stor "uid 61002 on cxl2 reached da1:4420"
+ok stor-nvmeof-job-writes-its-four-nodes-devices-as-the-user-and-another-user-cannot-open-them
+touch /w/alice/stor-go
+wait_state "$id8" completed 120
+[ -e /w/alice/stor-written-again ] || fail stor "the job's second writes did not happen"
+last=$(date +%s.%N)
+wait_released stor 300
+mark stor-job-end-to-released
+log8=$(cat "$(field "$(gq status "$id8" --json)" log_path)")
+for st in disconnect unexport wipe; do echo "$log8" | grep -q "cleanup $st: " || fail stor "no cleanup $st in: $log8"; done
+# (A for loop, not a pipeline: `fail` must end this script.)
+for c in /sys/class/nvme/nvme*; do
+  if grep -q '^nqn.2026-12.io.gpuq:' "$c/subsysnqn"; then fail stor "controller $c of the lease left"; fi
+done
+[ -z "$(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2)" ] \
+  || fail stor "nvmet objects left: $(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2)"
+for d in $devs; do [ ! -e "$d" ] || fail stor "$d still exists"; done
+echo "$ALLOW" | while read -r n s p i; do
+  d=$(dev_of "$s" "$i")
+  zero_range "$d" 0 $((1 << 20)) || fail stor "$n $d is not zero after the wipe"
+  L=$(ls -t "$D/$n/jobs" | grep -v '^claim.json$' | head -1)
+  for st in export unexport wipe; do
+    grep "\"step\":\"$st\"" "$D/$n/jobs/$L/audit.jsonl" | grep -q '"result":"ok"' \
+      || fail stor "$n: no $st ok in $D/$n/jobs/$L/audit.jsonl: $(cat "$D/$n/jobs/$L/audit.jsonl")"
+  done
+done
+ok stor-nvmeof-cleanup-disconnects-unexports-wipes-and-leaves-nothing
+sed 's/^/SITE-LOG /' <<<"$log8"
+
+# Cancelled during its stand-up: cleaned and released, nothing left.
+last=$(date +%s.%N)
+id9=$(as_alice gpuq submit --stor nvmeof -- sleep 600) || fail stor-cancel "submit"
+i=0; until grep -q 'exported on 4 nodes' "$(field "$(gq status "$id9" --json)" log_path)" 2>/dev/null; do
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-cancel "not exported after 300 s: $(gq status "$id9" --json)"; sleep 0.5
+done
+as_alice gpuq cancel "$id9" >/dev/null || fail stor-cancel "gpuq cancel"
+wait_state "$id9" cancelled 120
+wait_released stor-cancel 300
+mark stor-cancel-to-released
+[ -z "$(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2)" ] \
+  || fail stor-cancel "nvmet objects left: $(find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2)"
+for c in /sys/class/nvme/nvme*; do
+  if grep -q '^nqn.2026-12.io.gpuq:' "$c/subsysnqn"; then fail stor-cancel "controller $c left"; fi
+done
+ok stor-nvmeof-cancel-during-stand-up-cleans-and-releases
+
+# What a --stor lease leaves behind on this host and the nodes: nothing.
+stor_left() {
+  for c in /sys/class/nvme/nvme*; do
+    if grep -q '^nqn.2026-12.io.gpuq:' "$c/subsysnqn"; then echo "controller $c"; fi
+  done
+  find /sys/kernel/config/nvmet -mindepth 2 -maxdepth 2
+  for h in da1 da2 da3 da4; do [ ! -e "$D/$h/jobs/lease.json" ] || echo "$h: lease.json"; done
+}
+# kill -9 of the broker while it prepares a --stor lease (the exports
+# made, the connect under way or done): a restarted broker holds the lease
+# (it was preparing) or, if it had just marked it running, re-adopts the
+# job. Held: `gpuq recover` disconnects, unexports and wipes. Never dirty.
+last=$(date +%s.%N)
+id10=$(as_alice gpuq submit --stor nvmeof -- sh -c 'sleep 5') || fail stor-kill "submit"
+L10=$(field "$(gq status "$id10" --json)" log_path)
+i=0; until grep -q 'exported on 4 nodes' "$L10" 2>/dev/null; do
+  i=$((i+1)); [ $i -lt 3000 ] || fail stor-kill "not exported after 300 s: $(gq status "$id10" --json)"; sleep 0.1
+done
+kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
+start_broker
+if [ -e $state_dir/blocked.json ]; then
+  echo "SITE-INFO stor-kill: held (the broker died while preparing): $(cat $state_dir/blocked.json)"
+  wait_state "$id10" lost 60
+  out=$(gq recover 2>&1) || fail stor-kill "recover: $out"
+else
+  echo "SITE-INFO stor-kill: not held (the lease was running): the job is re-adopted"
+  wait_state "$id10" completed 120
+fi
+wait_released stor-kill 300
+mark stor-kill-9-preparing-to-released
+[ -z "$(stor_left)" ] || fail stor-kill "left: $(stor_left)"
+echo "$ALLOW" | while read -r n s p i; do zero_range "$(dev_of "$s" "$i")" 0 $((1 << 20)) || fail stor-kill "$n not zero"; done
+ok stor-nvmeof-kill-9-while-preparing-ends-held-or-clean-and-recover-leaves-nothing
+
+# kill -9 while the --stor job runs: the restarted broker re-adopts the
+# job (its devices stay connected), waits for its end, then cleans up.
+rm -f /w/alice/stor-go /w/alice/stor-written
+last=$(date +%s.%N)
+id11=$(as_alice gpuq submit --stor nvmeof -- /w/alice/stor.sh) || fail stor-readopt "submit"
+i=0; until [ -e /w/alice/stor-written ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-readopt "the job wrote nothing after 300 s: $(gq status "$id11" --json)"; sleep 0.5
+done
+kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
+start_broker
+[ ! -e $state_dir/blocked.json ] || fail stor-readopt "held: $(cat $state_dir/blocked.json)"
+grep -q "re-adopted by a restarted broker" "$(field "$(gq status "$id11" --json)" log_path)" \
+  || fail stor-readopt "not re-adopted: $(tail -5 "$(field "$(gq status "$id11" --json)" log_path)")"
+touch /w/alice/stor-go
+wait_state "$id11" completed 120
+[ -e /w/alice/stor-written-again ] || fail stor-readopt "the job could not write after the restart"
+wait_released stor-readopt 300
+mark stor-kill-9-running-to-released
+[ -z "$(stor_left)" ] || fail stor-readopt "left: $(stor_left)"
+ok stor-nvmeof-kill-9-while-the-job-runs-is-re-adopted-and-cleaned
+
+# An unexport that cannot finish holds the lease at `unexport`, naming the
+# node, and nothing is wiped meanwhile: someone links a subsystem of their
+# own into da2's port while the job runs (so the port is not the lease's
+# alone and the lease's subsystem cannot be removed while the port links
+# it). Once that is undone, `gpuq recover` finishes: unexport, wipe.
+rm -f /w/alice/stor-go /w/alice/stor-written /w/alice/stor-written-again
+last=$(date +%s.%N)
+id12=$(as_alice gpuq submit --stor nvmeof -- /w/alice/stor.sh) || fail stor-hold "submit"
+i=0; until [ -e /w/alice/stor-written ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-hold "the job wrote nothing after 300 s"; sleep 0.5
+done
+port2=$(sed -n 's/^ *"port_id": *\([0-9]*\),*$/\1/p' "$D/da2/jobs/lease.json")
+[ -n "$port2" ] || fail stor-hold "no port_id in da2's record: $(cat "$D/da2/jobs/lease.json")"
+C=/sys/kernel/config/nvmet
+I=$C/subsystems/nqn.2026-12.org.example:intruder
+mkdir "$I" && ln -s "$I" "$C/ports/$port2/subsystems/nqn.2026-12.org.example:intruder" || fail stor-hold "the intruder's link"
+D2=$(dev_of SN-SITE-0002 1); w2=$(writes_of "$D2")
+touch /w/alice/stor-go
+wait_state "$id12" completed 120
+i=0; until [ -e $state_dir/blocked.json ]; do
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-hold "not held after 300 s"; sleep 0.5
+done
+mark stor-job-end-to-held
+b=$(cat $state_dir/blocked.json)
+printf '%s' "$b" | grep -q '"step": *"unexport"' || fail stor-hold "not held at unexport: $b"
+printf '%s' "$b" | grep -q '"node": *"da2"' || fail stor-hold "the hold does not name da2: $b"
+w2=$(writes_of "$D2")
+head -c 15 "$D2" | grep -q '^alice-was-here' || fail stor-hold "da2's namespace was wiped while exported"
+out=$(gq recover 2>&1) && fail stor-hold "recover passed with the intruder still linked: $out"
+[ "$(writes_of "$D2")" = "$w2" ] || fail stor-hold "da2's namespace was written by the refused recover"
+rm "$C/ports/$port2/subsystems/nqn.2026-12.org.example:intruder" && rmdir "$I" || fail stor-hold "undo the intruder"
+last=$(date +%s.%N)
+out=$(gq recover 2>&1) || fail stor-hold "recover: $out"
+mark stor-recover
+wait_released stor-hold 60
+[ -z "$(stor_left)" ] || fail stor-hold "left: $(stor_left)"
+zero_range "$D2" 0 $((1 << 20)) || fail stor-hold "da2 not zero after recover"
+ok stor-nvmeof-a-failed-unexport-holds-naming-the-node-wipes-nothing-and-recover-finishes
+
+# The crash-point loop for --stor (lifecycle.md, "Crash points"): the
+# broker's test build aborts (as kill -9) right after the state of each
+# new point is durable; a restarted broker must find the lease clean or
+# held, never dirty: preparing points hold (the job is lost, `recover`
+# finishes), cleanup points resume at their step and release.
+install -m 755 "$F/gpuq-broker-crash-points" /usr/local/sbin/gpuq-broker-crash-points
+for point in exported connected before_disconnect before_unexport before_wipe before_release; do
+  bp=$(cat /var/lib/gpuq-site/broker.pid)
+  kill "$bp"; i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || fail "crash-$point" "the broker did not stop"; sleep 0.1; done
+  rm -f /run/gpuq-site/broker.sock
+  last=$(date +%s.%N)
+  start_broker /usr/local/sbin/gpuq-broker-crash-points "$point"
+  bp=$(cat /var/lib/gpuq-site/broker.pid)
+  idc=$(as_alice gpuq submit --stor nvmeof -- true) || fail "crash-$point" "submit"
+  i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "crash-$point" "the broker did not abort at $point"; sleep 0.1; done
+  rm -f /run/gpuq-site/broker.sock
+  start_broker
+  case $point in
+    exported|connected)
+      [ -e $state_dir/blocked.json ] || fail "crash-$point" "not held after a crash while preparing"
+      wait_state "$idc" lost 60
+      out=$(gq recover 2>&1) || fail "crash-$point" "recover: $out" ;;
+    *)
+      [ ! -e $state_dir/blocked.json ] || fail "crash-$point" "held: $(cat $state_dir/blocked.json)"
+      wait_state "$idc" completed 120 ;;
+  esac
+  wait_released "crash-$point" 300
+  mark "stor-crash-$point-to-released"
+  [ -z "$(stor_left)" ] || fail "crash-$point" "left: $(stor_left)"
+  echo "$ALLOW" | while read -r n s p i; do zero_range "$(dev_of "$s" "$i")" 0 $((1 << 20)) || fail "crash-$point" "$n not zero"; done
+done
+ok stor-nvmeof-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty
+modprobe -r nvme-tcp nvmet-tcp nvmet || fail stor "modprobe -r"
 
 # --- scenario 3: a filesystem from da3's namespace mounted during the job ------
 D3=$(dev_of SN-SITE-0003 1)
