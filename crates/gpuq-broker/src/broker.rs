@@ -361,7 +361,7 @@ impl Broker {
                 d.config()
                     .stor
                     .iter()
-                    .map(|(n, k)| (n.clone(), *k))
+                    .map(|(n, p)| (n.clone(), p.kind))
                     .collect(),
             ),
         };
@@ -1132,8 +1132,15 @@ impl Broker {
                         .await
                 }
                 None => {
-                    daos.prepare_stor(&lease, &owner, job.uid, &profile, Some(stop_rx), &local)
-                        .await
+                    daos.prepare_stor(
+                        &lease,
+                        &owner,
+                        (job.uid, job.gid),
+                        &profile,
+                        Some(stop_rx),
+                        &local,
+                    )
+                    .await
                 }
             }
         };

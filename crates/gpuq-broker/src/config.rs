@@ -620,6 +620,44 @@ env = { FI_PROVIDER = "tcp" }
     }
 
     #[test]
+    fn a_stor_profile_names_its_kind_and_nfsrdma_this_host_s_address() {
+        let c = parse(&format!(
+            "{DAOS}[daos.stor.nvme]\nkind = \"nvmeof\"\n[daos.stor.nfs]\nkind = \"nfsrdma\"\nclient_address = \"10.0.0.2\"\n"
+        ))
+        .unwrap();
+        let d = c.daos.as_ref().unwrap();
+        assert_eq!(d.stor["nvme"].nfs, None);
+        let nfs = d.stor["nfs"].nfs.as_ref().unwrap();
+        assert_eq!(nfs.client_address.to_string(), "10.0.0.2");
+        assert_eq!(nfs.mount_dir, std::path::Path::new("/run/gpuq/stor"));
+        for (bad, key) in [
+            ("kind = \"nfsrdma\"", "daos.stor.client_address"),
+            (
+                "kind = \"nfsrdma\"\nclient_address = \"0.0.0.0\"",
+                "daos.stor.client_address",
+            ),
+            (
+                "kind = \"nvmeof\"\nclient_address = \"10.0.0.2\"",
+                "daos.stor.client_address",
+            ),
+            (
+                "kind = \"nfsrdma\"\nclient_address = \"10.0.0.2\"\nmount_dir = \"run/x\"",
+                "daos.stor.mount_dir",
+            ),
+            (
+                "kind = \"nfsrdma\"\nclient_address = \"10.0.0.2\"\nmount_dir = \"/run/../etc\"",
+                "daos.stor.mount_dir",
+            ),
+            ("kind = \"lustre\"", "daos.stor.kind"),
+        ] {
+            let e = parse(&format!("{DAOS}[daos.stor.s]\n{bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn bad_daos_values_name_the_key() {
         let cases = [
             (

@@ -52,7 +52,12 @@ pub enum CleanupStep {
     Disconnect,
     /// `--stor nvmeof`: remove the lease's NVMe-oF export on all four
     /// nodes and confirm nothing of it is left in their nvmet trees.
+    /// `--stor nfsrdma`: stop each node's NFS server and unmount its
+    /// filesystems, confirmed.
     Unexport,
+    /// `--stor nfsrdma`: unmount the nodes' exports on this host (never
+    /// lazily) and confirm none is left.
+    Unmount,
 }
 
 impl CleanupStep {
@@ -73,6 +78,14 @@ impl CleanupStep {
         CleanupStep::Unexport,
         CleanupStep::Wipe,
     ];
+    /// A `--stor nfsrdma` lease's steps, in order: the job ends, this
+    /// host unmounts, the nodes stop serving and unmount, then wipe.
+    pub const NFSRDMA: [CleanupStep; 4] = [
+        CleanupStep::KillJob,
+        CleanupStep::Unmount,
+        CleanupStep::Unexport,
+        CleanupStep::Wipe,
+    ];
 }
 
 /// What a lease stands up on the four nodes.
@@ -86,6 +99,9 @@ pub enum LeaseKind {
     /// `--stor nvmeof`: the nodes' namespaces exported by the kernel NVMe
     /// target, connected on the job's host.
     Nvmeof,
+    /// `--stor nfsrdma`: an XFS on each namespace, exported by the
+    /// nodes' kernel NFS servers, mounted on the job's host.
+    Nfsrdma,
 }
 
 impl LeaseKind {
@@ -94,6 +110,7 @@ impl LeaseKind {
         match self {
             LeaseKind::Daos => &CleanupStep::ALL,
             LeaseKind::Nvmeof => &CleanupStep::NVMEOF,
+            LeaseKind::Nfsrdma => &CleanupStep::NFSRDMA,
         }
     }
 
@@ -101,6 +118,7 @@ impl LeaseKind {
         match self {
             LeaseKind::Daos => "daos",
             LeaseKind::Nvmeof => "nvmeof",
+            LeaseKind::Nfsrdma => "nfsrdma",
         }
     }
 }

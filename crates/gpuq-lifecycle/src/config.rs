@@ -57,7 +57,31 @@ pub struct RawDaos {
 #[serde(deny_unknown_fields)]
 struct RawStor {
     kind: String,
+    /// `nfsrdma`: this host's storage address, the one client each
+    /// node's export admits.
+    client_address: Option<std::net::IpAddr>,
+    /// `nfsrdma`: where the nodes' exports are mounted on this host
+    /// (`<mount_dir>/<lease>/<node>-<volume>`); default `/run/gpuq/stor`.
+    mount_dir: Option<std::path::PathBuf>,
 }
+
+/// One `[daos.stor.NAME]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorProfile {
+    pub kind: gpuq_protocol::node::StorKind,
+    /// `nfsrdma`: how this host mounts the exports.
+    pub nfs: Option<NfsClient>,
+}
+
+/// A `--stor nfsrdma` profile's client side (this host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NfsClient {
+    pub client_address: std::net::IpAddr,
+    pub mount_dir: std::path::PathBuf,
+}
+
+/// Where a `--stor nfsrdma` lease's mounts go by default.
+pub const DEFAULT_STOR_MOUNT_DIR: &str = "/run/gpuq/stor";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -112,8 +136,8 @@ pub struct DaosConfig {
     pub deadlines: crate::Deadlines,
     pub nodes: Vec<DaosNode>,
     pub profiles: std::collections::BTreeMap<String, DaosProfile>,
-    /// `[daos.stor.NAME]`: the kernel storage profiles and their kinds.
-    pub stor: std::collections::BTreeMap<String, gpuq_protocol::node::StorKind>,
+    /// `[daos.stor.NAME]`: the kernel storage profiles.
+    pub stor: std::collections::BTreeMap<String, StorProfile>,
 }
 
 #[derive(Debug, Clone)]
@@ -293,15 +317,14 @@ pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
                 format!("'{name}': a kernel storage profile's name uses letters, digits, - and _ and is not also a [daos.profiles] name"),
             ));
         }
-        match gpuq_protocol::node::StorKind::parse(&p.kind) {
-            Some(k @ gpuq_protocol::node::StorKind::Nvmeof) => {
-                stor.insert(name, k);
-            }
+        use gpuq_protocol::node::StorKind;
+        let kind = match StorKind::parse(&p.kind) {
+            Some(k @ (StorKind::Nvmeof | StorKind::Nfsrdma)) => k,
             Some(k) => {
                 return Err(invalid(
                     "daos.stor.kind",
                     format!(
-                        "'{name}': --stor {} is not built yet; only \"nvmeof\"",
+                        "'{name}': --stor {} is not built yet; only \"nvmeof\" and \"nfsrdma\"",
                         k.name()
                     ),
                 ))
@@ -309,10 +332,49 @@ pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
             None => {
                 return Err(invalid(
                     "daos.stor.kind",
-                    format!("'{name}': {:?} is not a kind; expected \"nvmeof\"", p.kind),
+                    format!(
+                        "'{name}': {:?} is not a kind; expected \"nvmeof\" or \"nfsrdma\"",
+                        p.kind
+                    ),
                 ))
             }
-        }
+        };
+        let nfs = match (kind, p.client_address) {
+            (StorKind::Nfsrdma, Some(a)) if !a.is_unspecified() => {
+                let mount_dir = p
+                    .mount_dir
+                    .unwrap_or_else(|| DEFAULT_STOR_MOUNT_DIR.into());
+                if !mount_dir.is_absolute()
+                    || mount_dir.components().count() < 2
+                    || mount_dir
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+                {
+                    return Err(invalid(
+                        "daos.stor.mount_dir",
+                        format!("'{name}': expected an absolute path below / (e.g. \"/run/gpuq/stor\")"),
+                    ));
+                }
+                Some(NfsClient {
+                    client_address: a,
+                    mount_dir,
+                })
+            }
+            (StorKind::Nfsrdma, _) => {
+                return Err(invalid(
+                    "daos.stor.client_address",
+                    format!("'{name}': --stor nfsrdma needs this host's storage address (the one client the nodes' exports admit)"),
+                ))
+            }
+            (_, None) if p.mount_dir.is_none() => None,
+            _ => {
+                return Err(invalid(
+                    "daos.stor.client_address",
+                    format!("'{name}': client_address and mount_dir are --stor nfsrdma's"),
+                ))
+            }
+        };
+        stor.insert(name, StorProfile { kind, nfs });
     }
     let defaults = crate::Deadlines::default();
     let secs = |key: &'static str, v: Option<u64>, default: std::time::Duration| match v {

@@ -128,8 +128,9 @@ impl Daos {
             .iter()
             .map(|l| Node::new(l.name(), l.sockets().node_sock))
             .collect();
-        if let Some(kind) = self.cfg.stor.get(profile) {
+        if let Some(p) = self.cfg.stor.get(profile) {
             // `--stor`: nodes and this host's kernel; no containers here.
+            use gpuq_protocol::node::StorKind;
             return Ok(Lifecycle {
                 store: self.store.clone(),
                 nodes,
@@ -139,16 +140,15 @@ impl Daos {
                 tls: None,
                 dmg: None,
                 host: None,
-                kind: match kind {
-                    gpuq_protocol::node::StorKind::Nvmeof => gpuq_lease::LeaseKind::Nvmeof,
+                kind: match p.kind {
+                    StorKind::Nvmeof => gpuq_lease::LeaseKind::Nvmeof,
+                    StorKind::Nfsrdma => gpuq_lease::LeaseKind::Nfsrdma,
                     // Refused by the configuration's parse.
-                    k => {
-                        return Err(DaosError::Stor(format!(
-                            "--stor {} is not built yet",
-                            k.name()
-                        )))
+                    StorKind::Lustre => {
+                        return Err(DaosError::Stor("--stor lustre is not built yet".into()))
                     }
                 },
+                nfs: p.nfs.clone(),
             });
         }
         let host = match client {
@@ -169,6 +169,7 @@ impl Daos {
             dmg: None,
             host: Some(host),
             kind: gpuq_lease::LeaseKind::Daos,
+            nfs: None,
         })
     }
 
@@ -373,7 +374,7 @@ impl Daos {
         &self,
         lease: &str,
         owner: &str,
-        uid: u32,
+        (uid, gid): (u32, u32),
         profile: &str,
         stop: Option<tokio::sync::watch::Receiver<bool>>,
         local: &dyn LocalSteps,
@@ -387,6 +388,16 @@ impl Daos {
             return Err(DaosError::Stopped);
         }
         let mut l = lc.preflight(lease, owner, local).await?;
+        if let Some(nfs) = lc.nfs.clone() {
+            let env = self
+                .stand_up_nfs(&lc, &mut l, &nfs, (uid, gid), &stop, local)
+                .await?;
+            if stopped(&stop) {
+                return Err(DaosError::Stopped);
+            }
+            lc.mark_running(&mut l)?;
+            return Ok((l, env));
+        }
         let who = crate::stor::HostIdentity::generate().map_err(DaosError::Stor)?;
         let exports = until(&stop, lc.export_all(&mut l, &who.token, local)).await??;
         if stopped(&stop) {
@@ -478,6 +489,91 @@ impl Daos {
         }
         lc.mark_running(&mut l)?;
         Ok((l, crate::stor::job_env(&connected)))
+    }
+
+    /// `--stor nfsrdma` after the preflight: every node makes, mounts and
+    /// exports its filesystems; this host mounts them all at once (each
+    /// within the start deadline) and checks each is the owner's, 0700.
+    async fn stand_up_nfs(
+        &self,
+        lc: &Lifecycle,
+        l: &mut Lease,
+        nfs: &crate::config::NfsClient,
+        (uid, gid): (u32, u32),
+        stop: &Option<tokio::sync::watch::Receiver<bool>>,
+        local: &dyn LocalSteps,
+    ) -> Result<Vec<(String, String)>, DaosError> {
+        let client = nfs.client_address.to_string();
+        let exports = until(stop, lc.nfs_export_all(l, &client, uid, gid, local)).await??;
+        if stop.as_ref().is_some_and(|s| *s.borrow()) {
+            return Err(DaosError::Stopped);
+        }
+        let rdma = crate::nfs::has_rdma();
+        let wants_rdma = exports.iter().any(|r| r.nfs.transport == "rdma");
+        if wants_rdma && !rdma {
+            local.note(
+                "this host has no RDMA device (/sys/class/infiniband is empty): NFS over TCP",
+            );
+        }
+        let t = std::time::Instant::now();
+        let within = self.cfg.deadlines.start;
+        let mounts = exports.into_iter().map(|r| {
+            let (dir, lease, client) = (nfs.mount_dir.clone(), l.lease.clone(), client.clone());
+            let node = r.node.clone();
+            async move {
+                let job = tokio::task::spawn_blocking(move || {
+                    crate::nfs::mount_one(&r, &dir, &lease, &client, rdma, uid)
+                });
+                match tokio::time::timeout(within, job).await {
+                    Ok(Ok(r)) => r,
+                    Ok(Err(e)) => Err(format!("{node}: the mount ended without an answer: {e}")),
+                    Err(_) => Err(format!(
+                        "{node}: the mount did not end within {}s (the cleanup's unmount forces it)",
+                        within.as_secs()
+                    )),
+                }
+            }
+        });
+        let mut mounted = Vec::new();
+        let mut failures = Vec::new();
+        for r in futures_join(mounts.map(tokio::spawn)).await {
+            match r {
+                Ok(Ok(m)) => mounted.extend(m),
+                Ok(Err(e)) => failures.push(e),
+                Err(e) => failures.push(format!("a mount ended without an answer: {e}")),
+            }
+        }
+        local.timed(
+            "prepare",
+            "mount",
+            t.elapsed().as_secs_f64(),
+            failures.is_empty(),
+        );
+        if !failures.is_empty() {
+            return Err(DaosError::Stor(format!(
+                "mount on this host failed: {}",
+                failures.join("; ")
+            )));
+        }
+        mounted.sort_by(|a, b| (&a.node, &a.volume).cmp(&(&b.node, &b.volume)));
+        local.note(&format!(
+            "mounted {} filesystem(s) of {} nodes over {}, each uid {uid}'s alone: {} ({:.2}s)",
+            mounted.len(),
+            {
+                let mut n: Vec<&str> = mounted.iter().map(|m| m.node.as_str()).collect();
+                n.dedup();
+                n.len()
+            },
+            if wants_rdma && rdma { "RDMA" } else { "TCP" },
+            mounted
+                .iter()
+                .map(|m| m.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+            t.elapsed().as_secs_f64()
+        ));
+        local.checkpoint("mounted");
+        Ok(crate::nfs::job_env(&mounted))
     }
 
     /// Whether `name` is a `[daos.stor.NAME]` profile.

@@ -16,6 +16,7 @@ pub mod config;
 pub mod daos;
 pub mod error;
 pub mod host;
+pub mod nfs;
 pub mod nodes;
 pub mod stor;
 
@@ -223,6 +224,8 @@ pub struct Lifecycle {
     /// What a lease this lifecycle creates stands up (a lease it cleans
     /// says so itself, in its record).
     pub kind: gpuq_lease::LeaseKind,
+    /// `--stor nfsrdma`: this host's side (its address, where it mounts).
+    pub nfs: Option<config::NfsClient>,
 }
 
 impl Lifecycle {
@@ -464,6 +467,79 @@ impl Lifecycle {
         Ok(reports)
     }
 
+    /// `--stor nfsrdma`: export the lease's filesystems on all nodes at
+    /// once, for this host's address and the job owner. A failure cleans
+    /// the lease up (and holds it if that fails too).
+    pub async fn nfs_export_all(
+        &self,
+        l: &mut Lease,
+        client_address: &str,
+        uid: u32,
+        gid: u32,
+        local: &dyn LocalSteps,
+    ) -> Result<Vec<gpuq_protocol::node::NfsExportReport>, LifecycleError> {
+        let lease = l.lease.clone();
+        let t = std::time::Instant::now();
+        let req = json(&gpuq_protocol::node::NfsExportRequest {
+            profile: self.profile.clone(),
+            client_address: client_address.to_string(),
+            owner_uid: uid,
+            owner_gid: gid,
+        });
+        let exported = call_each::<gpuq_protocol::node::NfsExportReport>(
+            &self.nodes,
+            self.deadlines.start,
+            Method::POST,
+            &format!("/v1/leases/{lease}/nfs-export"),
+            &|_| Some(req.clone()),
+            Retry::Refused,
+        )
+        .await;
+        let failures: Vec<String> = exported
+            .iter()
+            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
+            .collect();
+        local.timed(
+            "prepare",
+            "export",
+            t.elapsed().as_secs_f64(),
+            failures.is_empty(),
+        );
+        if !failures.is_empty() {
+            local.note(&format!(
+                "export failed ({}): {}",
+                secs(t),
+                failures.join("; ")
+            ));
+            self.store.transition(l, Phase::Cleaning, now())?;
+            self.cleanup(l, local).await?;
+            return Err(LifecycleError::Refused {
+                lease,
+                reasons: failures,
+            });
+        }
+        let reports: Vec<_> = exported.into_iter().filter_map(|(_, r)| r.ok()).collect();
+        local.note(&format!(
+            "exported on {} nodes: {} ({})",
+            reports.len(),
+            reports
+                .iter()
+                .map(|r| format!(
+                    "{} {} xfs on {} {}:{}",
+                    r.node,
+                    r.nfs.volumes.len(),
+                    r.nfs.transport,
+                    r.nfs.address,
+                    r.nfs.port
+                ))
+                .collect::<Vec<_>>()
+                .join(", "),
+            secs(t)
+        ));
+        local.checkpoint("exported");
+        Ok(reports)
+    }
+
     /// This host's cleanup steps: the caller's `kill_job`, then this
     /// host's containers (none without [`Lifecycle::host`]).
     async fn host_step(
@@ -487,7 +563,8 @@ impl Lifecycle {
             CleanupStep::StopServers
             | CleanupStep::Wipe
             | CleanupStep::Disconnect
-            | CleanupStep::Unexport => {
+            | CleanupStep::Unexport
+            | CleanupStep::Unmount => {
                 Err(format!("{step:?} is not this host's container step").into())
             }
         }
@@ -572,6 +649,28 @@ impl Lifecycle {
                         tokio::task::spawn_blocking(move || crate::stor::disconnect_lease(&lease))
                             .await
                             .map_err(|e| format!("the disconnect ended without an answer: {e}"))?
+                    })
+                    .await
+                    .map_err(|message: String| {
+                        vec![Failure {
+                            host: None,
+                            node: None,
+                            message,
+                        }]
+                    })
+                }
+                CleanupStep::Unmount => {
+                    // This host's NFS mounts of the lease.
+                    let lease = l.lease.clone();
+                    let dir = self
+                        .nfs
+                        .as_ref()
+                        .map(|n| n.mount_dir.clone())
+                        .unwrap_or_else(|| config::DEFAULT_STOR_MOUNT_DIR.into());
+                    within(self.deadlines.stop, "unmount", async move {
+                        tokio::task::spawn_blocking(move || crate::nfs::unmount_lease(&dir, &lease))
+                            .await
+                            .map_err(|e| format!("the unmount ended without an answer: {e}"))?
                     })
                     .await
                     .map_err(|message: String| {

@@ -207,20 +207,26 @@ pub fn job_env(connected: &[Connected]) -> Vec<(String, String)> {
         ),
     ];
     for c in connected {
-        let name: String = c
-            .node
-            .chars()
-            .map(|ch| {
-                if ch.is_ascii_alphanumeric() {
-                    ch.to_ascii_uppercase()
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        env.push((format!("GPUQ_STOR_DEVICES_{name}"), paths(c).join(" ")));
+        env.push((
+            format!("GPUQ_STOR_DEVICES_{}", env_name(&c.node)),
+            paths(c).join(" "),
+        ));
     }
     env
+}
+
+/// A node's name in a variable's: upper-cased, other than letters and
+/// digits `_`.
+pub fn env_name(node: &str) -> String {
+    node.chars()
+        .map(|ch| {
+            if ch.is_ascii_alphanumeric() {
+                ch.to_ascii_uppercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ fn lifecycle(c: &Cluster, state: &Path) -> Lifecycle {
         deadlines: Default::default(),
         host: None,
         kind: Default::default(),
+        nfs: None,
     }
 }
 

@@ -21,6 +21,8 @@ pub mod client;
 pub mod dmg;
 pub mod evidence;
 pub mod kernel;
+pub mod nfs;
+pub mod nfsd;
 pub mod nvmet;
 pub mod procscan;
 pub mod profile;

@@ -138,14 +138,21 @@ struct RawFile {
     stor: BTreeMap<String, RawStor>,
 }
 
-/// `[stor.NAME]`, e.g. for `--stor nvmeof`:
+/// `[stor.NAME]`, e.g. for `--stor nvmeof` and `--stor nfsrdma`:
 ///
 /// ```toml
 /// [stor.nvmeof]
-/// kind = "nvmeof"          # the only kind a node serves yet
+/// kind = "nvmeof"
 /// transport = "tcp"        # or "rdma"
 /// address = "10.0.0.11"    # this node's storage address (the listener's)
 /// port = 4420              # default 4420
+///
+/// [stor.nfsrdma]
+/// kind = "nfsrdma"
+/// transport = "rdma"       # or "tcp"; an RDMA listener adds 20049
+/// address = "10.0.0.11"
+/// port = 2049              # the TCP listener (default 2049)
+/// mkfs_image = "sha256:<64 hex>"   # the image whose mkfs.xfs makes each filesystem
 /// ```
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -153,12 +160,18 @@ struct RawStor {
     kind: String,
     transport: String,
     address: std::net::IpAddr,
-    #[serde(default = "default_nvmeof_port")]
-    port: u16,
+    port: Option<u16>,
+    mkfs_image: Option<String>,
 }
 
-fn default_nvmeof_port() -> u16 {
-    4420
+/// One `[stor.NAME]`'s kind-specific part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StorDetail {
+    Nvmeof,
+    /// `--stor nfsrdma`: the pinned image that holds `mkfs.xfs`.
+    Nfs {
+        mkfs_image: ImageId,
+    },
 }
 
 /// One `[stor.NAME]`: how this node exports its allowlisted namespaces
@@ -171,6 +184,7 @@ pub struct StorProfile {
     pub transport: String,
     pub address: std::net::IpAddr,
     pub port: u16,
+    pub detail: StorDetail,
 }
 
 /// `[client]`: this host also serves the client side of a lease (a GPU
@@ -337,13 +351,14 @@ impl ServiceConfig {
                     "a kernel storage profile's name uses letters, digits, - and _ and is not also a [profiles] name".into(),
                 ));
             }
-            let kind = match gpuq_protocol::node::StorKind::parse(&p.kind) {
-                Some(k @ gpuq_protocol::node::StorKind::Nvmeof) => k,
+            use gpuq_protocol::node::StorKind;
+            let kind = match StorKind::parse(&p.kind) {
+                Some(k @ (StorKind::Nvmeof | StorKind::Nfsrdma)) => k,
                 Some(k) => {
                     return Err(invalid(
                         key("kind"),
                         format!(
-                            "--stor {} is not built into this node helper yet; only \"nvmeof\"",
+                            "--stor {} is not built into this node helper yet; only \"nvmeof\" and \"nfsrdma\"",
                             k.name()
                         ),
                     ))
@@ -351,17 +366,43 @@ impl ServiceConfig {
                 None => {
                     return Err(invalid(
                         key("kind"),
-                        format!("{:?} is not a kind; expected \"nvmeof\"", p.kind),
+                        format!(
+                            "{:?} is not a kind; expected \"nvmeof\" or \"nfsrdma\"",
+                            p.kind
+                        ),
                     ))
                 }
             };
+            let detail = match (kind, &p.mkfs_image) {
+                (StorKind::Nfsrdma, Some(id)) => StorDetail::Nfs {
+                    mkfs_image: ImageId::parse(id)
+                        .map_err(|e| invalid(key("mkfs_image"), e.to_string()))?,
+                },
+                (StorKind::Nfsrdma, None) => {
+                    return Err(invalid(
+                        key("mkfs_image"),
+                        "missing: the full ID (sha256:<64 hex>) of the image whose mkfs.xfs makes the lease's filesystems".into(),
+                    ))
+                }
+                (_, Some(_)) => {
+                    return Err(invalid(
+                        key("mkfs_image"),
+                        "only a --stor nfsrdma profile makes filesystems".into(),
+                    ))
+                }
+                _ => StorDetail::Nvmeof,
+            };
+            let port = p.port.unwrap_or(match kind {
+                StorKind::Nfsrdma => 2049,
+                _ => 4420,
+            });
             if !matches!(p.transport.as_str(), "tcp" | "rdma") {
                 return Err(invalid(
                     key("transport"),
                     format!("{:?}: expected \"tcp\" or \"rdma\"", p.transport),
                 ));
             }
-            if p.port == 0 {
+            if port == 0 {
                 return Err(invalid(key("port"), "expected a TCP port (1-65535)".into()));
             }
             if p.address.is_unspecified() {
@@ -377,7 +418,8 @@ impl ServiceConfig {
                     kind,
                     transport: p.transport,
                     address: p.address,
-                    port: p.port,
+                    port,
+                    detail,
                 },
             );
         }
@@ -460,6 +502,25 @@ test_dir = "/var/lib/gpuqueue-daos-test"
     }
 
     #[test]
+    fn an_nfsrdma_profile_pins_its_mkfs_image_and_listens_on_2049() {
+        let dev = "[[devices]]\nserial = \"S1\"\npci = \"0000:00:11.0\"\nnsid = 1\nsize_bytes = 1073741824\n";
+        let id = format!("sha256:{}", "cd".repeat(32));
+        let c = parse(&format!(
+            "{dev}[stor.nfs]\nkind = \"nfsrdma\"\ntransport = \"rdma\"\naddress = \"10.0.0.11\"\nmkfs_image = \"{id}\"\n"
+        ))
+        .unwrap();
+        let p = &c.stor["nfs"];
+        assert_eq!(
+            (p.kind, p.port),
+            (gpuq_protocol::node::StorKind::Nfsrdma, 2049)
+        );
+        match &p.detail {
+            StorDetail::Nfs { mkfs_image } => assert_eq!(mkfs_image.to_string(), id),
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
     fn a_stor_profile_is_nvmeof_with_a_transport_and_an_address_and_needs_devices() {
         let dev = "[[devices]]\nserial = \"S1\"\npci = \"0000:00:11.0\"\nnsid = 1\nsize_bytes = 1073741824\n";
         let c = parse(&format!(
@@ -478,8 +539,20 @@ test_dir = "/var/lib/gpuqueue-daos-test"
         );
         for (bad, key) in [
             (
-                "kind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"",
+                "kind = \"lustre\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"",
                 "stor.nvmeof.kind",
+            ),
+            (
+                "kind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"",
+                "stor.nvmeof.mkfs_image",
+            ),
+            (
+                "kind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"\nmkfs_image = \"debian:12\"",
+                "stor.nvmeof.mkfs_image",
+            ),
+            (
+                "kind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"\nmkfs_image = \"sha256:0\"",
+                "stor.nvmeof.mkfs_image",
             ),
             (
                 "kind = \"nvmeof\"\ntransport = \"fc\"\naddress = \"10.0.0.11\"",

@@ -250,6 +250,7 @@ impl Findings for PreflightReport {
 }
 impl Findings for StartReport {}
 impl Findings for gpuq_protocol::node::ExportReport {}
+impl Findings for gpuq_protocol::node::NfsExportReport {}
 impl Findings for gpuq_protocol::node::DmgReply {}
 impl Findings for StepReport {}
 impl Findings for gpuq_manifest::report::HostInstall {}
@@ -340,6 +341,16 @@ async fn route<P: Podman + 'static>(
             let body: gpuq_protocol::node::ExportRequest = read_json(req).await?;
             let r = run_step(shared, true, Some("export"), move |s| async move {
                 s.service.export(&lease, &body).await
+            })
+            .await?;
+            Ok(json(StatusCode::OK, &r))
+        }
+        (Method::POST, ["v1", "leases", lease, "nfs-export"]) => {
+            // --stor nfsrdma: one step at a time, like a start.
+            let lease = lease.to_string();
+            let body: gpuq_protocol::node::NfsExportRequest = read_json(req).await?;
+            let r = run_step(shared, true, Some("nfs-export"), move |s| async move {
+                s.service.nfs_export(&lease, &body).await
             })
             .await?;
             Ok(json(StatusCode::OK, &r))

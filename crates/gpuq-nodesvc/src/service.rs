@@ -77,6 +77,8 @@ pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Node
 pub struct NodeService<P> {
     cfg: ServiceConfig,
     podman: P,
+    /// `--stor nfsrdma`: the upcall responder of the lease exported here.
+    pub(crate) nfs_responder: std::sync::Mutex<Option<(String, crate::nfsd::Responder)>>,
 }
 
 impl<P> std::fmt::Debug for NodeService<P> {
@@ -103,7 +105,11 @@ fn server_name(lease: &str) -> String {
 
 impl<P: Podman> NodeService<P> {
     pub fn new(cfg: ServiceConfig, podman: P) -> Self {
-        NodeService { cfg, podman }
+        NodeService {
+            cfg,
+            podman,
+            nfs_responder: std::sync::Mutex::new(None),
+        }
     }
 
     pub fn config(&self) -> &ServiceConfig {
@@ -180,6 +186,7 @@ impl<P: Podman> NodeService<P> {
                         mode: None,
                         devices: Vec::new(),
                         export: None,
+                        nfs: None,
                     })),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) => Err(io(format!("read {}", self.active_path().display()))(e)),
@@ -562,6 +569,7 @@ impl<P: Podman> NodeService<P> {
                 Mode::Test => Vec::new(),
             },
             export: None,
+            nfs: None,
         };
         self.write_record(&rec)?;
         std::fs::create_dir_all(&lease_dir)
@@ -908,7 +916,14 @@ impl<P: Podman> NodeService<P> {
                     &gpuq_blockdev::wipe::Request {
                         mode: gpuq_blockdev::wipe::Mode::Wipe,
                         lease: Some(lease.to_string()),
-                        expected_signatures: vec![],
+                        // A `--stor nfsrdma` lease made an XFS on each
+                        // device: that signature is its own (any other
+                        // still refuses the wipe).
+                        expected_signatures: if rec.as_ref().is_some_and(|r| r.nfs.is_some()) {
+                            vec!["xfs".to_string()]
+                        } else {
+                            vec![]
+                        },
                         purpose: gpuq_blockdev::wipe::Purpose::Lease,
                     },
                 )

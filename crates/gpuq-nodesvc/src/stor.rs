@@ -17,9 +17,10 @@
 
 use crate::audit;
 use crate::nvmet::{self, ExportError, Nvmet};
-use crate::profile::{Mode, StorProfile};
+use crate::profile::{Mode, StorDetail, StorProfile};
 use crate::service::{io, Found, NodeError, NodeService};
 use gpuq_podman::Podman;
+use gpuq_protocol::node::StorKind;
 use gpuq_protocol::node::{
     nvmeof_host_nqn, nvmeof_subsystem_nqn, ExportReport, ExportRequest, ExportedNamespace, Finding,
     LeaseMode, NodeLease, NvmetExport, PreflightReport, StepReport,
@@ -54,6 +55,39 @@ impl<P: Podman> NodeService<P> {
             })
         };
         self.foreign_findings(lease, &mut find).await?;
+        if let StorDetail::Nfs { mkfs_image } = &profile.detail {
+            self.check_nfs(lease, mkfs_image, &mut find).await;
+        } else {
+            self.check_nvmet(lease, &profile, &mut find);
+        }
+        match gpuq_sys::net::tcp_listening_ports() {
+            Ok(l) if l.contains(&profile.port) => find(
+                "port_in_use",
+                format!(
+                    "port {} (the {} listener's) is already listening",
+                    profile.port,
+                    if profile.kind == StorKind::Nfsrdma {
+                        "NFS"
+                    } else {
+                        "NVMe-oF"
+                    }
+                ),
+            ),
+            Ok(_) => {}
+            Err(e) => find("check_failed", format!("cannot read listening ports: {e}")),
+        }
+        let devices = self.check_devices(lease, &profile.name, &mut find);
+        let report = PreflightReport {
+            node: self.node_name().to_string(),
+            lease: lease.to_string(),
+            ok: findings.is_empty(),
+            findings,
+        };
+        Ok((report, devices))
+    }
+
+    /// nvmet loaded, and no subsystem in it but this lease's.
+    fn check_nvmet(&self, lease: &str, profile: &StorProfile, find: &mut dyn FnMut(&str, String)) {
         match Nvmet::open() {
             Ok(None) => find(
                 "nvmet_missing",
@@ -76,25 +110,6 @@ impl<P: Podman> NodeService<P> {
             },
             Err(e) => find("check_failed", e),
         }
-        match gpuq_sys::net::tcp_listening_ports() {
-            Ok(l) if l.contains(&profile.port) => find(
-                "port_in_use",
-                format!(
-                    "port {} (the NVMe-oF listener's) is already listening",
-                    profile.port
-                ),
-            ),
-            Ok(_) => {}
-            Err(e) => find("check_failed", format!("cannot read listening ports: {e}")),
-        }
-        let devices = self.check_devices(lease, &profile.name, &mut find);
-        let report = PreflightReport {
-            node: self.node_name().to_string(),
-            lease: lease.to_string(),
-            ok: findings.is_empty(),
-            findings,
-        };
-        Ok((report, devices))
     }
 
     /// `POST /v1/leases/{lease}/export`.
@@ -105,6 +120,12 @@ impl<P: Podman> NodeService<P> {
     ) -> Result<ExportReport, NodeError> {
         Self::check_lease(lease)?;
         let profile = self.stor_profile(&req.profile)?.clone();
+        if profile.kind != StorKind::Nvmeof {
+            return Err(NodeError::BadRequest(format!(
+                "[stor.{}] is not a --stor nvmeof profile",
+                profile.name
+            )));
+        }
         let host_nqn = nvmeof_host_nqn(&req.host_token).ok_or_else(|| {
             NodeError::BadRequest("host_token: expected 32 lowercase hex digits".into())
         })?;
@@ -164,6 +185,7 @@ impl<P: Podman> NodeService<P> {
             mode: Some(LeaseMode::Physical),
             devices: found.iter().map(|f| f.device.clone()).collect(),
             export: Some(export.clone()),
+            nfs: None,
         };
         self.write_record(&rec)?;
         std::fs::create_dir_all(&lease_dir)
@@ -253,6 +275,9 @@ impl<P: Podman> NodeService<P> {
             Some(r) => r,
             None => return Ok(report(true, "no record of this lease on this node".into())),
         };
+        if let Some(nfs) = rec.nfs.clone() {
+            return self.nfs_unexport(lease, rec, nfs).await;
+        }
         let Some(export) = rec.export.clone() else {
             return Ok(report(
                 true,

@@ -319,6 +319,7 @@ mod tests {
             },
             container: None,
             export: None,
+            nfs: None,
             since: 1,
             mode,
             devices,

@@ -29,6 +29,8 @@ pub enum Role {
     Client,
     /// An admin container (`dmg`).
     Admin,
+    /// A node's one-shot `mkfs.xfs` of a `--stor nfsrdma` lease.
+    Mkfs,
 }
 
 impl Role {
@@ -39,6 +41,7 @@ impl Role {
             Role::Agent => "agent",
             Role::Client => "client",
             Role::Admin => "admin",
+            Role::Mkfs => "mkfs",
         }
     }
 
@@ -49,6 +52,7 @@ impl Role {
             "agent" => Some(Role::Agent),
             "client" => Some(Role::Client),
             "admin" => Some(Role::Admin),
+            "mkfs" => Some(Role::Mkfs),
             _ => None,
         }
     }

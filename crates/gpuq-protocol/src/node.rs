@@ -47,6 +47,63 @@ pub struct NodeLease {
     /// the record and the last `mkdir` leaves something `unexport` finds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export: Option<NvmetExport>,
+    /// `--stor nfsrdma`: the filesystems, mounts and NFS exports of the
+    /// lease on this node, recorded **before** the first is made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nfs: Option<NfsExport>,
+}
+
+/// One lease's NFS export on one node: an XFS on each allowlisted
+/// namespace, mounted under a read-only pseudo-root (a tmpfs of the
+/// lease's), served by the node's kernel NFS server (NFSv4.2) to the
+/// lease's client address alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfsExport {
+    /// `tcp` or `rdma` (the listeners the node made).
+    pub transport: String,
+    /// The node's storage address and the NFS port (2049; RDMA: 20049).
+    pub address: String,
+    pub port: u16,
+    /// The one client address the export admits (the job's host).
+    pub client_address: String,
+    /// The job owner: each filesystem's root is theirs, mode 0700.
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+    /// The pseudo-root (NFSv4 `/`, fsid 0): a tmpfs mounted here.
+    pub root: String,
+    pub volumes: Vec<NfsVolume>,
+}
+
+/// One exported filesystem: `/<name>` under the pseudo-root.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfsVolume {
+    /// The export's name (the client mounts `<address>:/<name>`).
+    pub name: String,
+    /// Its NFS fsid (1, 2, … in allowlist order; 0 is the pseudo-root).
+    pub fsid: u32,
+    /// The node's device (`/dev/nvmeXnY`) as found at export.
+    pub device_path: String,
+    pub device: LeaseDevice,
+}
+
+/// `POST /v1/leases/{lease}/nfs-export` (`--stor nfsrdma`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NfsExportRequest {
+    /// The node's `[stor.NAME]`.
+    pub profile: String,
+    /// The job's host address, the only client admitted.
+    pub client_address: String,
+    pub owner_uid: u32,
+    pub owner_gid: u32,
+}
+
+/// What a node exported for `--stor nfsrdma`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NfsExportReport {
+    pub node: String,
+    pub lease: String,
+    pub nfs: NfsExport,
 }
 
 /// The configfs objects (`/sys/kernel/config/nvmet`) of one lease's export

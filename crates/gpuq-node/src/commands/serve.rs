@@ -68,6 +68,17 @@ async fn serve(cfg: ServiceConfig) -> Result<(), String> {
         .map_err(|e| format!("cannot bind {}: {e}", socket.display()))?;
     let name = cfg.node.node.name.clone();
     let service = gpuq_nodesvc::service::NodeService::new(cfg, podman);
+    // A --stor nfsrdma lease exported before a restart: its kernel server
+    // and mounts outlived the helper; answer its upcalls again.
+    match service.resume_nfs() {
+        Ok(Some(lease)) => {
+            tracing::info!(lease = %lease, "answering the NFS upcalls of the lease exported here again")
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::error!(error = %e, "cannot answer the NFS upcalls of the lease exported here")
+        }
+    }
     tracing::info!(node = %name, socket = %socket.display(), "gpuq-node serving");
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;

@@ -1,0 +1,354 @@
+//! A `--stor nfsrdma` lease on the job's host: every node's export
+//! mounted with `mount(2)` (the kernel parses the NFS options itself; no
+//! mount.nfs), each mount checked to be the owner's, the job's variables,
+//! and the cleanup's `unmount` (never lazy).
+//!
+//! Mounts go to `<mount_dir>/<lease>/<node>-<volume>`: `mount_dir` and
+//! the lease's directory are root's (0755), so no user can put anything
+//! in the path; each mount's root is the job owner's, 0700 (the node made
+//! it so), which this host checks before the job starts.
+
+use gpuq_protocol::node::NfsExportReport;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// One mount the job gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mounted {
+    pub node: String,
+    pub volume: String,
+    pub path: PathBuf,
+}
+
+/// Whether this host has an RDMA device (`/sys/class/infiniband`).
+pub fn has_rdma() -> bool {
+    std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
+}
+
+/// The lease's directory of mounts.
+pub fn lease_dir(mount_dir: &Path, lease: &str) -> PathBuf {
+    mount_dir.join(lease)
+}
+
+/// The `mount(2)` data of one export: NFSv4.2 over `proto`, to the
+/// node's address (the kernel never resolves a name), from this host's.
+pub fn options(server: &str, port: u16, proto: &str, client: &str) -> String {
+    format!(
+        "vers=4.2,proto={proto},port={port},addr={server},clientaddr={client},hard,timeo=600,retrans=2,sec=sys"
+    )
+}
+
+/// `<address>:/<volume>` (an IPv6 address in brackets).
+pub fn source(server: &str, volume: &str) -> String {
+    if server.contains(':') {
+        format!("[{server}]:/{volume}")
+    } else {
+        format!("{server}:/{volume}")
+    }
+}
+
+/// Mount every volume of one node's export and check each is `uid`'s,
+/// 0700. Blocking (a mount waits for the server: the caller bounds it).
+pub fn mount_one(
+    r: &NfsExportReport,
+    mount_dir: &Path,
+    lease: &str,
+    client: &str,
+    rdma: bool,
+    uid: u32,
+) -> Result<Vec<Mounted>, String> {
+    let dir = lease_dir(mount_dir, lease);
+    make_root_dir(mount_dir)?;
+    make_root_dir(&dir)?;
+    let (proto, port) = if rdma && r.nfs.transport == "rdma" {
+        ("rdma", 20049)
+    } else {
+        ("tcp", r.nfs.port)
+    };
+    let mut out = Vec::new();
+    for v in &r.nfs.volumes {
+        let at = dir.join(format!("{}-{}", r.node, v.name));
+        make_root_dir(&at)?;
+        let src = source(&r.nfs.address, &v.name);
+        if mount_of(&at)?.is_none() {
+            mount(
+                Some(src.as_str()),
+                &at,
+                Some("nfs4"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some(options(&r.nfs.address, port, proto, client).as_str()),
+            )
+            .map_err(|e| format!("{}: mount {src} on {}: {e}", r.node, at.display()))?;
+        }
+        // Verify after: an NFS mount of that export, the owner's alone.
+        match mount_of(&at)? {
+            Some(m) if m.fstype.starts_with("nfs") && m.source == src => {}
+            m => {
+                return Err(format!(
+                    "{}: {} is not the mount of {src} after its mount ({m:?})",
+                    r.node,
+                    at.display()
+                ))
+            }
+        }
+        let st = nix::sys::stat::stat(&at).map_err(|e| format!("stat {}: {e}", at.display()))?;
+        if st.st_uid != uid || st.st_mode & 0o777 != 0o700 {
+            return Err(format!(
+                "{}: {} is uid {} mode {:o}, not uid {uid} 0700",
+                r.node,
+                at.display(),
+                st.st_uid,
+                st.st_mode & 0o777
+            ));
+        }
+        out.push(Mounted {
+            node: r.node.clone(),
+            volume: v.name.clone(),
+            path: at,
+        });
+    }
+    Ok(out)
+}
+
+/// A directory root's, 0755, not a link (made if missing).
+fn make_root_dir(p: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o755).create(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("create {}: {e}", p.display())),
+    }
+    let m = std::fs::symlink_metadata(p).map_err(|e| format!("stat {}: {e}", p.display()))?;
+    if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "{} is not a directory only root can write (uid {}, mode {:o})",
+            p.display(),
+            m.uid(),
+            m.mode() & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// The cleanup's `unmount`: every mount under the lease's directory gone
+/// (deepest first), never lazily — a busy one is retried, then forced
+/// (`MNT_FORCE` aborts the NFS requests in flight; the mount is still
+/// really gone or the step fails); confirmed by mountinfo; then the
+/// empty directories removed. Idempotent. Blocking.
+pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
+    let dir = lease_dir(mount_dir, lease);
+    let mut ours: Vec<MountInfo> = mounts()?
+        .into_iter()
+        .filter(|m| Path::new(&m.mountpoint).starts_with(&dir))
+        .collect();
+    ours.sort_by(|a, b| b.mountpoint.len().cmp(&a.mountpoint.len()));
+    let mut did = Vec::new();
+    for m in &ours {
+        let at = Path::new(&m.mountpoint);
+        let mut t = std::time::Instant::now();
+        let mut forced = false;
+        loop {
+            let flags = if forced {
+                MntFlags::MNT_FORCE
+            } else {
+                MntFlags::empty()
+            };
+            let e = match umount2(at, flags) {
+                Ok(()) | Err(nix::errno::Errno::EINVAL) | Err(nix::errno::Errno::ENOENT) => break,
+                Err(e) => e,
+            };
+            if t.elapsed() > Duration::from_secs(5) {
+                if forced {
+                    return Err(format!(
+                        "unmount {}: {e} (never lazily: the job's data is behind it)",
+                        m.mountpoint
+                    ));
+                }
+                forced = true;
+                t = std::time::Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        did.push(format!(
+            "{} ({}){}",
+            m.mountpoint,
+            m.source,
+            if forced { ", forced" } else { "" }
+        ));
+    }
+    let left: Vec<String> = mounts()?
+        .into_iter()
+        .filter(|m| Path::new(&m.mountpoint).starts_with(&dir))
+        .map(|m| m.mountpoint)
+        .collect();
+    if !left.is_empty() {
+        return Err(format!(
+            "unmount not confirmed: still mounted: {}",
+            left.join(", ")
+        ));
+    }
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let _ = std::fs::remove_dir(e.path());
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+    Ok(if did.is_empty() {
+        "no mount of this lease on this host".into()
+    } else {
+        format!("unmounted {}; none is left", did.join(", "))
+    })
+}
+
+/// The job's variables: `GPUQ_STOR_KIND`, `GPUQ_STOR_MOUNTS` (every
+/// mount, space-separated, in node order) and `GPUQ_STOR_MOUNTS_<NODE>`.
+pub fn job_env(mounted: &[Mounted]) -> Vec<(String, String)> {
+    let mut env = vec![
+        ("GPUQ_STOR_KIND".to_string(), "nfsrdma".to_string()),
+        (
+            "GPUQ_STOR_MOUNTS".to_string(),
+            mounted
+                .iter()
+                .map(|m| m.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ),
+    ];
+    let mut nodes: Vec<&str> = mounted.iter().map(|m| m.node.as_str()).collect();
+    nodes.dedup();
+    for n in nodes {
+        env.push((
+            format!("GPUQ_STOR_MOUNTS_{}", crate::stor::env_name(n)),
+            mounted
+                .iter()
+                .filter(|m| m.node == n)
+                .map(|m| m.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" "),
+        ));
+    }
+    env
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MountInfo {
+    mountpoint: String,
+    fstype: String,
+    source: String,
+}
+
+fn mount_of(at: &Path) -> Result<Option<MountInfo>, String> {
+    Ok(mounts()?
+        .into_iter()
+        .rev()
+        .find(|m| Path::new(&m.mountpoint) == at))
+}
+
+fn mounts() -> Result<Vec<MountInfo>, String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+    Ok(parse_mountinfo(&text))
+}
+
+/// proc(5): field 5 is the mount point; after ` - `, the type and source.
+fn parse_mountinfo(text: &str) -> Vec<MountInfo> {
+    text.lines()
+        .filter_map(|l| {
+            let (a, b) = l.split_once(" - ")?;
+            let mountpoint = unescape(a.split(' ').nth(4)?);
+            let mut b = b.split(' ');
+            let fstype = b.next()?.to_string();
+            let source = unescape(b.next()?);
+            Some(MountInfo {
+                mountpoint,
+                fstype,
+                source,
+            })
+        })
+        .collect()
+}
+
+/// mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 4 <= b.len() {
+            if let Some(c) = std::str::from_utf8(&b[i + 1..i + 4])
+                .ok()
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+            {
+                out.push(c);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mount_data_names_the_server_and_never_a_host_name() {
+        assert_eq!(
+            options("10.0.0.11", 2049, "tcp", "10.0.0.2"),
+            "vers=4.2,proto=tcp,port=2049,addr=10.0.0.11,clientaddr=10.0.0.2,hard,timeo=600,retrans=2,sec=sys"
+        );
+        assert_eq!(source("10.0.0.11", "nvme0n1"), "10.0.0.11:/nvme0n1");
+        assert_eq!(source("fd00::11", "nvme0n1"), "[fd00::11]:/nvme0n1");
+    }
+
+    #[test]
+    fn mountinfo_gives_the_point_the_type_and_the_source() {
+        let t = "36 35 98:0 / /run/gpuq/stor/L1/da1-nvme0n1 rw,nosuid,nodev shared:1 - nfs4 10.0.0.11:/nvme0n1 rw,vers=4.2\n\
+                 37 35 98:0 / /a\\040b rw - tmpfs tmpfs rw\n";
+        let m = parse_mountinfo(t);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mountpoint, "/run/gpuq/stor/L1/da1-nvme0n1");
+        assert_eq!(
+            (m[0].fstype.as_str(), m[0].source.as_str()),
+            ("nfs4", "10.0.0.11:/nvme0n1")
+        );
+        assert_eq!(m[1].mountpoint, "/a b");
+    }
+
+    #[test]
+    fn the_job_gets_every_mount_and_each_node_s() {
+        let m = |n: &str, v: &str| Mounted {
+            node: n.into(),
+            volume: v.into(),
+            path: format!("/run/gpuq/stor/L1/{n}-{v}").into(),
+        };
+        let env = job_env(&[
+            m("da1", "nvme0n1"),
+            m("da-4", "nvme3n1"),
+            m("da-4", "nvme3n2"),
+        ]);
+        let get = |k: &str| env.iter().find(|(a, _)| a == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("GPUQ_STOR_KIND"), Some("nfsrdma"));
+        assert_eq!(
+            get("GPUQ_STOR_MOUNTS_DA_4"),
+            Some("/run/gpuq/stor/L1/da-4-nvme3n1 /run/gpuq/stor/L1/da-4-nvme3n2")
+        );
+        assert_eq!(
+            get("GPUQ_STOR_MOUNTS_DA1"),
+            Some("/run/gpuq/stor/L1/da1-nvme0n1")
+        );
+    }
+
+    #[test]
+    fn a_lease_without_mounts_unmounts_nothing_and_says_so() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(
+            unmount_lease(d.path(), "L9").unwrap(),
+            "no mount of this lease on this host"
+        );
+    }
+}
