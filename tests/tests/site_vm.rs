@@ -207,6 +207,16 @@ fn stage(dir: &Path) {
     }
     std::fs::copy(&archive, dir.join("daos-sim-image.tar")).expect("copy the simulator image");
     std::fs::write(dir.join("image-id"), image).unwrap();
+    // The nodes' mkfs image for --stor nfsrdma (this host's mkfs.xfs).
+    let out = Command::new(workspace_root().join("integration/mkfs-image/build.sh"))
+        .arg("--out")
+        .arg(dir.join("mkfs"))
+        .output()
+        .expect("run integration/mkfs-image/build.sh");
+    assert!(out.status.success(), "mkfs image: {}", text(&out));
+    std::fs::rename(dir.join("mkfs/mkfs-image.tar"), dir.join("mkfs-image.tar")).unwrap();
+    std::fs::rename(dir.join("mkfs/image-id"), dir.join("mkfs-image-id")).unwrap();
+    std::fs::remove_dir(dir.join("mkfs")).unwrap();
 }
 
 /// One booted site VM; taken down on drop (also when the test panics).

@@ -22,6 +22,9 @@ ALL=1; [ "${SITE_SCENARIOS:-all}" = all ] || ALL=0
 # for stor-bench (integration/bench/stor-nvmeof.sh: the cluster, the
 # activation, then only the benchmark).
 STOR=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-bench ] || STOR=1
+# --stor nfsrdma profiles: for all scenarios and for stor-nfs (the cluster,
+# the activation, then only scenario 5).
+NFS=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-nfs ] || NFS=1
 D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
@@ -116,6 +119,8 @@ for n in da1 da2 da3 da4; do
     if [ "$ALL" = 1 ]; then printf '[activation]\nunits = ["daos_server.service"]\n\n'; fi
     # --stor nvmeof (#18): this node's listener on its own address.
     if [ "$STOR" = 1 ]; then printf '[stor.nvmeof]\nkind = "nvmeof"\ntransport = "tcp"\naddress = "%s"\n\n' "$(addr "$n")"; fi
+    # --stor nfsrdma: TCP here (no RDMA device in this guest).
+    if [ "$NFS" = 1 ]; then printf '[stor.nfs]\nkind = "nfsrdma"\ntransport = "tcp"\naddress = "%s"\nmkfs_image = "%s"\n\n' "$(addr "$n")" "$(cat "$F/mkfs-image-id")"; fi
   } >"/etc/gpuq-site/devices/$n.toml"
 done
 IMAGE=$(cat "$F/image-id")
@@ -129,6 +134,14 @@ for n in da1 da2 da3 da4; do
   grep -q 'mode = "physical"' "$D/$n/etc/node.toml" || fail cluster-up "$n is not physical"
 done
 ok cluster-up-with-four-physical-nodes
+if [ "$NFS" = 1 ]; then
+  # The nodes' pinned mkfs image (integration/mkfs-image), through their
+  # Podman APIs.
+  GPUQ_CLUSTER_DIR=$D GPUQ_CLUSTER_PREFIX=$P "$F/integration/cluster/load-image" "$F/mkfs-image.tar" da1 da2 da3 da4 \
+    >/var/log/gpuq-site/load-mkfs.log 2>&1 || fail load-mkfs "$(tail -n 20 /var/log/gpuq-site/load-mkfs.log)"
+  [ "$(grep -c "^da[1-4] $(cat "$F/mkfs-image-id")" /var/log/gpuq-site/load-mkfs.log)" = 4 ] \
+    || fail load-mkfs "not the pinned ID on all four: $(cat /var/log/gpuq-site/load-mkfs.log)"
+fi
 
 # --- the broker on cxl2 (systemd runner) ---------------------------------------
 install -m 755 "$F/gpuq" /usr/local/bin/gpuq
@@ -165,6 +178,7 @@ TOML
   done
   printf '\n[daos.profiles.inst1]\nimage = "%s"\nreplicas = ["%s"]\n' "$IMAGE" "$(addr da1)"
   if [ "$STOR" = 1 ]; then printf '\n[daos.stor.nvmeof]\nkind = "nvmeof"\n'; fi
+  if [ "$NFS" = 1 ]; then printf '\n[daos.stor.nfs]\nkind = "nfsrdma"\nclient_address = "10.200.0.10"\n'; fi
 } >/etc/gpuq-site/broker.toml
 chmod 644 /etc/gpuq-site/broker.toml
 # start_broker [BINARY [CRASH_POINT]]: the shipped broker by default; the
@@ -441,6 +455,137 @@ if [ "${SITE_SCENARIOS:-all}" = stor-bench ]; then
     echo "STOR-BENCH hand $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
   done
   modprobe -r nvme-tcp nvmet-tcp nvmet || true
+  finish
+fi
+
+# --- scenario 5: --stor nfsrdma (#18), over TCP (no RDMA device here) ---------
+# What an nfsrdma lease leaves behind on this host and the nodes: nothing
+# (no NFS mount, no mount of a lease's filesystem, no NFS listener, no
+# record).
+nfs_left() {
+  findmnt -rn -t nfs4 -o TARGET,SOURCE | sed 's/^/nfs mount /'
+  findmnt -rn -o TARGET | grep -E "^$D/da[1-4]/jobs/" | sed 's/^/node mount /'
+  for h in da1 da2 da3 da4; do
+    nsenter --net=/run/netns/$P-$h ss -ltnH | grep -q ':2049 ' && echo "$h: NFS listener"
+    [ ! -e "$D/$h/jobs/lease.json" ] || echo "$h: lease.json"
+  done
+}
+stor_nfs() {
+  # The operator loads the kernel NFS server (modules-load.d at boot).
+  modprobe nfsd || fail nfs "modprobe nfsd"
+  # A foreign NFS server on da3 (someone's, listening on 2049 in its
+  # namespace): the preflight refuses, and nothing is made anywhere.
+  fx=$(mktemp -d /tmp/foreign-nfsd.XXXXXX)
+  nsenter --net=/run/netns/$P-da3 sh -c "mount -t nfsd nfsd $fx && echo -3 >$fx/versions && echo 'tcp 2049' >$fx/portlist && echo 2 >$fx/threads" \
+    || fail nfs-foreign "start a foreign nfsd on da3"
+  before=$(stats)
+  idf=$(as_alice gpuq submit --stor nfs -- touch /w/alice/ran) || fail nfs-foreign "submit"
+  wait_state "$idf" failed 300
+  wait_released nfs-foreign 120
+  jf=$(gq status "$idf" --json)
+  printf '%s' "$jf" | grep -q 'da3.*port 2049 (the NFS listener.s) is already listening' || fail nfs-foreign "no refusal naming da3's port: $jf"
+  [ ! -e /w/alice/ran ] || fail nfs-foreign "the job ran"
+  [ "$(stats)" = "$before" ] || fail nfs-foreign "device counters moved: $before -> $(stats)"
+  nsenter --net=/run/netns/$P-da3 sh -c "echo 0 >$fx/threads && umount $fx" || fail nfs-foreign "stop the foreign nfsd"
+  rmdir "$fx"
+  [ -z "$(nfs_left)" ] || fail nfs-foreign "left: $(nfs_left)"
+  ok stor-nfsrdma-preflight-refuses-a-node-whose-nfs-port-is-taken-and-touches-nothing
+
+  # alice's job writes a file on every filesystem it was given and waits;
+  # meanwhile another user cannot list or read them, the nodes' own
+  # filesystems hold the files, and each server admits cxl2 alone.
+  cat >/w/alice/nfs.sh <<'JOB'
+#!/bin/sh
+set -e
+echo "$GPUQ_STOR_MOUNTS" >/w/alice/nfs-mounts
+env | grep '^GPUQ_STOR_MOUNTS_' | sort >/w/alice/nfs-per-node
+for m in $GPUQ_STOR_MOUNTS; do
+  printf 'alice-was-here %s\n' "$m" >"$m/alice-file"
+  dd if=/dev/zero of="$m/alice-data" bs=1M count=4 conv=fsync status=none
+done
+touch /w/alice/nfs-written
+i=0; while [ ! -e /w/alice/nfs-go ] && [ $i -lt 600 ]; do sleep 0.2; i=$((i+1)); done
+for m in $GPUQ_STOR_MOUNTS; do cat "$m/alice-file" >/dev/null; done
+touch /w/alice/nfs-read-again
+JOB
+  chown 61001:61001 /w/alice/nfs.sh; chmod 755 /w/alice/nfs.sh
+  rm -f /w/alice/nfs-*
+  last=$(date +%s.%N)
+  idn=$(as_alice gpuq submit --stor nfs -- /w/alice/nfs.sh) || fail nfs "submit"
+  i=0; until [ -e /w/alice/nfs-written ]; do
+    i=$((i+1)); [ $i -lt 600 ] || fail nfs "the job wrote nothing after 300 s: $(gq status "$idn" --json); $(cat "$(field "$(gq status "$idn" --json)" log_path)")"
+    sleep 0.5
+  done
+  mark nfs-submit-to-written
+  mounts=$(cat /w/alice/nfs-mounts)
+  [ "$(echo $mounts | wc -w)" = 5 ] || fail nfs "not five filesystems (da4 has two): $mounts"
+  [ "$(wc -l </w/alice/nfs-per-node)" = 4 ] || fail nfs "not one variable per node: $(cat /w/alice/nfs-per-node)"
+  grep -q '^GPUQ_STOR_MOUNTS_DA4=[^ ]* [^ ]*$' /w/alice/nfs-per-node || fail nfs "da4 not two mounts: $(cat /w/alice/nfs-per-node)"
+  for m in $mounts; do
+    findmnt -rn -t nfs4 "$m" >/dev/null || fail nfs "$m is not an NFSv4 mount: $(findmnt -rn "$m")"
+    findmnt -rn -o OPTIONS "$m" | grep -q 'vers=4.2' || fail nfs "$m is not NFSv4.2: $(findmnt -rn -o OPTIONS "$m")"
+    [ "$(stat -c '%u %a' "$m")" = "61001 700" ] || fail nfs "$m is $(stat -c '%u %a' "$m"), not alice's 700"
+    setpriv --reuid=61002 --regid=61002 --clear-groups ls "$m" >/dev/null 2>&1 && fail nfs "another user listed $m"
+    setpriv --reuid=61002 --regid=61002 --clear-groups cat "$m/alice-file" >/dev/null 2>&1 && fail nfs "another user read $m/alice-file"
+    # root on this host is squashed to nobody on the server.
+    cat "$m/alice-file" >/dev/null 2>&1 && fail nfs "root on cxl2 read $m/alice-file (not squashed)"
+  done
+  L=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
+  for n in da1 da2 da3 da4; do
+    # The node's own XFS holds alice's file, as alice's.
+    nf=$(find "$D/$n/jobs/$L/nfs" -mindepth 2 -maxdepth 2 -name alice-file | wc -l)
+    [ "$nf" -ge 1 ] || fail nfs "$n: no alice-file in its filesystems"
+    for f in $(find "$D/$n/jobs/$L/nfs" -mindepth 2 -maxdepth 2 -name alice-file); do
+      [ "$(stat -c %u "$f")" = 61001 ] || fail nfs "$f is not alice's"
+      findmnt -rn -t xfs "$(dirname "$f")" >/dev/null || fail nfs "$(dirname "$f") is not an XFS mount"
+    done
+    # The server listens on the node's address alone, in its namespace.
+    nsenter --net=/run/netns/$P-$n ss -ltnH | grep -q "$(addr $n):2049 " || fail nfs "$n: no listener on $(addr $n):2049"
+    # Its client cache gives a domain to cxl2's address alone.
+    dom=$(nsenter --net=/run/netns/$P-$n cat /proc/net/rpc/auth.unix.ip/content | grep -v '^#')
+    printf '%s\n' "$dom" | grep -q "10.200.0.10 gpuq-$L" || fail nfs "$n: cxl2 has no domain: $dom"
+    [ "$(printf '%s\n' "$dom" | grep -c gpuq-)" = 1 ] || fail nfs "$n: a domain for another client: $dom"
+  done
+  ss -ltnH | grep -q ':2049 ' && fail nfs "an NFS listener in the guest's own namespace"
+  ok stor-nfsrdma-job-writes-its-four-nodes-filesystems-as-the-user-and-another-user-cannot-read-them
+  touch /w/alice/nfs-go
+  wait_state "$idn" completed 120
+  [ -e /w/alice/nfs-read-again ] || fail nfs "the job could not read its files again"
+  last=$(date +%s.%N)
+  wait_released nfs 300
+  mark nfs-job-end-to-released
+  logn=$(cat "$(field "$(gq status "$idn" --json)" log_path)")
+  echo "$logn" | grep -q 'no RDMA device.*NFS over TCP' || fail nfs "the log does not say TCP: $logn"
+  for st in unmount unexport wipe; do echo "$logn" | grep -q "cleanup $st: " || fail nfs "no cleanup $st in: $logn"; done
+  [ -z "$(nfs_left)" ] || fail nfs "left: $(nfs_left)"
+  for m in $mounts; do [ ! -e "$m" ] || fail nfs "$m still exists"; done
+  echo "$ALLOW" | while read -r n s p i; do
+    d=$(dev_of "$s" "$i")
+    zero_range "$d" 0 $((1 << 20)) || fail nfs "$n $d is not zero after the wipe"
+    out=$(blkid -p "$d" 2>&1) && fail nfs "$n $d: blkid still finds: $out"
+    for st in mkfs export unexport wipe; do
+      grep "\"step\":\"$st\"" "$D/$n/jobs/$L/audit.jsonl" | grep -q '"result":"ok"' \
+        || fail nfs "$n: no $st ok in $D/$n/jobs/$L/audit.jsonl: $(cat "$D/$n/jobs/$L/audit.jsonl")"
+    done
+  done
+  ok stor-nfsrdma-cleanup-unmounts-unexports-wipes-and-the-files-are-gone
+  sed 's/^/SITE-LOG /' <<<"$logn"
+
+  # Cancelled during its stand-up: cleaned and released, nothing left.
+  last=$(date +%s.%N)
+  idc=$(as_alice gpuq submit --stor nfs -- sleep 600) || fail nfs-cancel "submit"
+  i=0; until grep -q 'exported on 4 nodes' "$(field "$(gq status "$idc" --json)" log_path)" 2>/dev/null; do
+    i=$((i+1)); [ $i -lt 600 ] || fail nfs-cancel "not exported after 300 s: $(gq status "$idc" --json)"; sleep 0.5
+  done
+  as_alice gpuq cancel "$idc" >/dev/null || fail nfs-cancel "gpuq cancel"
+  wait_state "$idc" cancelled 120
+  wait_released nfs-cancel 300
+  mark nfs-cancel-to-released
+  [ -z "$(nfs_left)" ] || fail nfs-cancel "left: $(nfs_left)"
+  ok stor-nfsrdma-cancel-during-stand-up-cleans-and-releases
+}
+if [ "${SITE_SCENARIOS:-all}" = stor-nfs ]; then
+  stor_nfs
   finish
 fi
 
@@ -979,6 +1124,7 @@ for point in exported connected before_disconnect before_unexport before_wipe be
 done
 ok stor-nvmeof-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty
 modprobe -r nvme-tcp nvmet-tcp nvmet || fail stor "modprobe -r"
+stor_nfs
 
 # --- scenario 3: a filesystem from da3's namespace mounted during the job ------
 D3=$(dev_of SN-SITE-0003 1)
