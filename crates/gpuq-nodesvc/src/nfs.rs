@@ -12,7 +12,7 @@
 //!   server) written durably **before** anything is made; each XFS made
 //!   by `mkfs.xfs` in the pinned image through Podman (xfsprogs has no
 //!   library that makes a filesystem, stor-research §5; the container
-//!   sees that one device, no network, no capabilities); the pseudo-root
+//!   sees that one device, no network, CAP_SYS_ADMIN alone); the pseudo-root
 //!   (a small tmpfs, so no file handle reaches the node's own
 //!   filesystems) and each XFS mounted with `mount(2)` and checked by
 //!   device number; each volume's root given to the job owner, 0700;
@@ -278,7 +278,8 @@ impl<P: Podman> NodeService<P> {
     }
 
     /// One volume's `mkfs.xfs`, in the pinned image, through Podman: the
-    /// container sees its one device, no network and no capabilities; it
+    /// container sees its one device, no network and one capability
+    /// (CAP_SYS_ADMIN, for the block-size ioctl); it
     /// is removed whatever happens. `-K`: no discard (the wipe discards).
     /// Without `-f`, mkfs.xfs refuses a device that holds a signature.
     async fn mkfs(&self, lease: &str, image: &ImageId, v: &NfsVolume) -> Result<(), String> {
@@ -291,7 +292,12 @@ impl<P: Podman> NodeService<P> {
         spec.command = vec!["mkfs.xfs".into(), "-K".into(), v.device_path.clone()];
         spec.network = Namespace::None;
         spec.devices = vec![v.device_path.clone()];
+        // mkfs.xfs sets the device's block size to the sector size it
+        // formats with (BLKBSZSET, fatal when refused), which takes
+        // CAP_SYS_ADMIN; nothing else is kept (tried in the site VM:
+        // without it, "cannot set blocksize 512 … Permission denied").
         spec.cap_drop = vec!["ALL".into()];
+        spec.cap_add = vec!["SYS_ADMIN".into()];
         spec.no_new_privileges = true;
         spec.read_only_rootfs = true;
         let node = self.node_name();

@@ -220,6 +220,7 @@ printf '%s\n' "$r" | grep -qF "(da1, da2, da3, da4: kernel $rel has no lnet" || 
 ok nodes-report-their-kernels-for-stor-and-stor-lustre-is-refused-in-one-line
 mark stor-kernel
 
+writes_of() { awk '{print "writes", $5, "sectors", $7, "discards", $12, "sectors", $14}' "/sys/block/$(basename "$1")/stat"; }
 stats() { echo "$ALLOW" | while read -r n s p i; do d=$(dev_of "$s" "$i"); echo "$n $d $(awk '{print $5, $7, $12, $14}' "/sys/block/$(basename "$d")/stat")"; done; }
 if [ "$ALL" = 1 ]; then
   # --- before any activation, physical mode refuses (#17 item 2) ----------------
@@ -583,6 +584,92 @@ JOB
   mark nfs-cancel-to-released
   [ -z "$(nfs_left)" ] || fail nfs-cancel "left: $(nfs_left)"
   ok stor-nfsrdma-cancel-during-stand-up-cleans-and-releases
+
+  # kill -9 while the job runs: the restarted broker re-adopts it (its
+  # mounts stay), waits for its end, then cleans up.
+  rm -f /w/alice/nfs-go /w/alice/nfs-written /w/alice/nfs-read-again
+  last=$(date +%s.%N)
+  idk=$(as_alice gpuq submit --stor nfs -- /w/alice/nfs.sh) || fail nfs-readopt "submit"
+  i=0; until [ -e /w/alice/nfs-written ]; do
+    i=$((i+1)); [ $i -lt 600 ] || fail nfs-readopt "the job wrote nothing after 300 s: $(gq status "$idk" --json)"; sleep 0.5
+  done
+  kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
+  start_broker
+  [ ! -e $state_dir/blocked.json ] || fail nfs-readopt "held: $(cat $state_dir/blocked.json)"
+  grep -q "re-adopted by a restarted broker" "$(field "$(gq status "$idk" --json)" log_path)" \
+    || fail nfs-readopt "not re-adopted: $(tail -5 "$(field "$(gq status "$idk" --json)" log_path)")"
+  touch /w/alice/nfs-go
+  wait_state "$idk" completed 120
+  [ -e /w/alice/nfs-read-again ] || fail nfs-readopt "the job could not read its files after the restart"
+  wait_released nfs-readopt 300
+  mark nfs-kill-9-running-to-released
+  [ -z "$(nfs_left)" ] || fail nfs-readopt "left: $(nfs_left)"
+  ok stor-nfsrdma-kill-9-while-the-job-runs-is-re-adopted-and-cleaned
+
+  # A busy mount on a node holds the lease at `unexport`, naming the
+  # node, and nothing is wiped meanwhile: root on da2 keeps a file of the
+  # lease's XFS open. Once it lets go, `gpuq recover` finishes.
+  rm -f /w/alice/nfs-go /w/alice/nfs-written /w/alice/nfs-read-again
+  idh=$(as_alice gpuq submit --stor nfs -- /w/alice/nfs.sh) || fail nfs-hold "submit"
+  i=0; until [ -e /w/alice/nfs-written ]; do
+    i=$((i+1)); [ $i -lt 600 ] || fail nfs-hold "the job wrote nothing after 300 s"; sleep 0.5
+  done
+  L=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
+  f2=$(find "$D/da2/jobs/$L/nfs" -mindepth 2 -maxdepth 2 -name alice-file | head -1)
+  [ -n "$f2" ] || fail nfs-hold "no alice-file on da2"
+  sleep 100000 <"$f2" &
+  holder=$!
+  D2=$(dev_of SN-SITE-0002 1)
+  touch /w/alice/nfs-go
+  wait_state "$idh" completed 120
+  i=0; until [ -e $state_dir/blocked.json ]; do
+    i=$((i+1)); [ $i -lt 600 ] || { kill $holder; fail nfs-hold "not held after 300 s"; }; sleep 0.5
+  done
+  mark nfs-job-end-to-held
+  b=$(cat $state_dir/blocked.json)
+  printf '%s' "$b" | grep -q '"step": *"unexport"' || { kill $holder; fail nfs-hold "not held at unexport: $b"; }
+  printf '%s' "$b" | grep -q '"node": *"da2"' || { kill $holder; fail nfs-hold "the hold does not name da2: $b"; }
+  w2=$(writes_of "$D2")
+  blkid -p -o value -s TYPE "$D2" | grep -qx xfs || { kill $holder; fail nfs-hold "da2's XFS was wiped while mounted"; }
+  kill $holder; wait $holder 2>/dev/null || true
+  last=$(date +%s.%N)
+  out=$(gq recover 2>&1) || fail nfs-hold "recover: $out"
+  mark nfs-recover
+  wait_released nfs-hold 60
+  [ -z "$(nfs_left)" ] || fail nfs-hold "left: $(nfs_left)"
+  zero_range "$D2" 0 $((1 << 20)) || fail nfs-hold "da2 not zero after recover"
+  ok stor-nfsrdma-a-busy-node-mount-holds-at-unexport-wipes-nothing-and-recover-finishes
+
+  # The crash-point loop (lifecycle.md, "Crash points"): preparing points
+  # hold (recover finishes), cleanup points resume and release; never
+  # dirty.
+  install -m 755 "$F/gpuq-broker-crash-points" /usr/local/sbin/gpuq-broker-crash-points
+  for point in exported mounted before_unmount before_unexport before_wipe before_release; do
+    bp=$(cat /var/lib/gpuq-site/broker.pid)
+    kill "$bp"; i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || fail "nfs-crash-$point" "the broker did not stop"; sleep 0.1; done
+    rm -f /run/gpuq-site/broker.sock
+    last=$(date +%s.%N)
+    start_broker /usr/local/sbin/gpuq-broker-crash-points "$point"
+    bp=$(cat /var/lib/gpuq-site/broker.pid)
+    idc=$(as_alice gpuq submit --stor nfs -- true) || fail "nfs-crash-$point" "submit"
+    i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "nfs-crash-$point" "the broker did not abort at $point"; sleep 0.1; done
+    rm -f /run/gpuq-site/broker.sock
+    start_broker
+    case $point in
+      exported|mounted)
+        [ -e $state_dir/blocked.json ] || fail "nfs-crash-$point" "not held after a crash while preparing"
+        wait_state "$idc" lost 60
+        out=$(gq recover 2>&1) || fail "nfs-crash-$point" "recover: $out" ;;
+      *)
+        [ ! -e $state_dir/blocked.json ] || fail "nfs-crash-$point" "held: $(cat $state_dir/blocked.json)"
+        wait_state "$idc" completed 120 ;;
+    esac
+    wait_released "nfs-crash-$point" 300
+    mark "nfs-crash-$point-to-released"
+    [ -z "$(nfs_left)" ] || fail "nfs-crash-$point" "left: $(nfs_left)"
+    echo "$ALLOW" | while read -r n s p i; do zero_range "$(dev_of "$s" "$i")" 0 $((1 << 20)) || fail "nfs-crash-$point" "$n not zero"; done
+  done
+  ok stor-nfsrdma-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty
 }
 if [ "${SITE_SCENARIOS:-all}" = stor-nfs ]; then
   stor_nfs
@@ -794,7 +881,6 @@ node_state() {
 # under TCG (docs/benchmarks.md); these cost nothing, and the page cache
 # does not blur them. Where the content is compared too, MD5 (a change
 # detector here, not a defence) is 2.6 times faster than SHA-256 in the guest.
-writes_of() { awk '{print "writes", $5, "sectors", $7, "discards", $12, "sectors", $14}' "/sys/block/$(basename "$1")/stat"; }
 sum_of() { md5sum <"$1" | cut -c1-32; }
 
 # --- scenario 2: a partition table on da2's namespace --------------------------
