@@ -1034,3 +1034,106 @@ async fn a_stor_export_without_the_kernel_target_is_refused_and_touches_nothing(
     assert!(r.already_done, "{r:?}");
     assert_eq!(listing(), jobs_before);
 }
+
+/// `--stor nfsrdma` on a node whose kernel has no NFS server loaded and
+/// whose Podman lacks the pinned mkfs image: preflight names both; the
+/// nfs-export refuses with them, and refuses root as the owner, a bad
+/// client address and a profile of the other kind before any check;
+/// nothing is written, the device is untouched, no container is made. (The
+/// export itself runs in the site VM, scenario 5.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nfs_export_without_nfsd_or_its_mkfs_image_is_refused_and_touches_nothing() {
+    if !as_own_node("an_nfs_export_without_nfsd_or_its_mkfs_image_is_refused_and_touches_nothing") {
+        return;
+    }
+    assert!(
+        !std::path::Path::new("/proc/self/net/rpc/nfsd.export").exists(),
+        "this test needs a kernel without nfsd loaded; the site VM tests the export"
+    );
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    let absent = format!("sha256:{}", "ab".repeat(32));
+    let stor = format!(
+        "[stor.nfs]\nkind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.99.0.1\"\nmkfs_image = \"{absent}\"\n\
+         [stor.nvmeof]\nkind = \"nvmeof\"\ntransport = \"tcp\"\naddress = \"10.99.0.1\"\n"
+    );
+    let svc = site.helper_with("inst1", "physical", &[&dev], &stor).await;
+    activate(&svc, "activation-1").await;
+    dev.write_data(8 * MIB, 64 * 1024);
+    let before = content(&dev);
+    let listing = || {
+        let mut l: Vec<String> = std::fs::read_dir(site.root.join("jobs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        l.sort();
+        l
+    };
+    let jobs_before = listing();
+    let report = svc
+        .preflight(&gpuq_protocol::node::PreflightRequest {
+            lease: "L9".into(),
+            profile: "nfs".into(),
+        })
+        .await
+        .unwrap();
+    let mut reasons: Vec<&str> = report.findings.iter().map(|f| f.reason.as_str()).collect();
+    reasons.sort();
+    assert_eq!(reasons, ["image_missing", "nfsd_missing"], "{report:?}");
+    let req = |profile: &str, client: &str, uid: u32| gpuq_protocol::node::NfsExportRequest {
+        profile: profile.into(),
+        client_address: client.into(),
+        owner_uid: uid,
+        owner_gid: 61001,
+    };
+    for (r, why) in [
+        (req("nfs", "cxl2", 61001), "client_address"),
+        (req("nfs", "0.0.0.0", 61001), "owner other than root"),
+        (req("nfs", "10.99.0.2", 0), "owner other than root"),
+        (
+            req("nvmeof", "10.99.0.2", 61001),
+            "not a --stor nfsrdma profile",
+        ),
+    ] {
+        let e = svc.nfs_export("L9", &r).await.unwrap_err();
+        assert!(
+            matches!(e, NodeError::BadRequest(_)) && e.to_string().contains(why),
+            "{r:?}: {e}"
+        );
+    }
+    let e = svc
+        .export(
+            "L9",
+            &gpuq_protocol::node::ExportRequest {
+                profile: "nfs".into(),
+                host_token: "0123456789abcdef0123456789abcdef".into(),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, NodeError::BadRequest(_))
+            && e.to_string().contains("not a --stor nvmeof profile"),
+        "{e}"
+    );
+    let e = svc
+        .nfs_export("L9", &req("nfs", "10.99.0.2", 61001))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, NodeError::Preflight { .. })
+            && e.to_string().contains("nfsd_missing")
+            && e.to_string().contains("image_missing"),
+        "{e}"
+    );
+    assert_eq!(
+        listing(),
+        jobs_before,
+        "a lease record or directory was written"
+    );
+    assert!(!site.jobs("lease.json").exists());
+    assert_eq!(content(&dev), before, "the device was touched");
+    let r = svc.unexport("L9").await.unwrap();
+    assert!(r.already_done, "{r:?}");
+    assert_eq!(listing(), jobs_before);
+}
