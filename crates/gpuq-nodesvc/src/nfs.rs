@@ -366,11 +366,9 @@ impl<P: Podman> NodeService<P> {
         let done = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
             let mut did = Vec::new();
             if let Some(ctl) = Nfsd::at(&nfsd_dir) {
-                if ctl.threads()? != 0 {
-                    ctl.stop()?;
-                    did.push("the NFS server stopped".to_string());
-                }
+                ctl.stop()?;
                 ctl.unmount()?;
+                did.push("the NFS server stopped".to_string());
             }
             if let Some((_, r)) = responder {
                 drop(r);

@@ -449,10 +449,6 @@ impl Nfsd {
         if rdma {
             self.write("portlist", "rdma 20049\n")?;
         }
-        // The shortest grace period the kernel takes (there is no earlier
-        // client state to reclaim on new filesystems; `v4_end_grace`
-        // answers EIO on Debian 12's 6.1 without client tracking).
-        self.write("nfsv4gracetime", &format!("{GRACE_SECS}\n"))?;
         self.write("threads", &format!("{threads}\n"))?;
         if self.threads()? == 0 {
             return Err("the NFS server did not start (threads is 0)".into());
@@ -462,11 +458,20 @@ impl Nfsd {
 
     /// Stop the server (threads 0: its listeners and NFSv4 state go) and
     /// confirm.
+    /// Also when no thread runs: a listener given to `portlist` keeps the
+    /// server (and its socket) until `threads` is written.
     pub fn stop(&self) -> Result<(), String> {
         self.write("threads", "0\n")?;
         let t = self.threads()?;
         if t != 0 {
             return Err(format!("the NFS server still runs {t} thread(s)"));
+        }
+        let l = self.read("portlist")?;
+        if !l.trim().is_empty() {
+            return Err(format!(
+                "the NFS server still listens: {}",
+                l.split_whitespace().collect::<Vec<_>>().join(" ")
+            ));
         }
         Ok(())
     }
