@@ -111,10 +111,11 @@ pub fn mount_one(
     Ok(out)
 }
 
-/// A directory root's, 0755, not a link (made if missing).
+/// A directory root's, 0755, not a link (made, with its parents, if
+/// missing).
 fn make_root_dir(p: &Path) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o755).create(p) {
+    match std::fs::DirBuilder::new().mode(0o755).recursive(true).create(p) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(format!("create {}: {e}", p.display())),

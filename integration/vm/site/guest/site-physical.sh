@@ -640,34 +640,45 @@ JOB
   zero_range "$D2" 0 $((1 << 20)) || fail nfs-hold "da2 not zero after recover"
   ok stor-nfsrdma-a-busy-node-mount-holds-at-unexport-wipes-nothing-and-recover-finishes
 
-  # The crash-point loop (lifecycle.md, "Crash points"): preparing points
-  # hold (recover finishes), cleanup points resume and release; never
-  # dirty.
+  # The crash-point loop (lifecycle.md, "Crash points") at the points
+  # where an nfsrdma lease differs from an nvmeof one (before_wipe and
+  # before_release are the same broker code, crashed in scenario 4's
+  # loop): preparing points hold (recover finishes), cleanup points resume
+  # and release; never dirty. Each crashed broker is followed by the
+  # crash-points build armed at the next point, which is not on the rest
+  # of the previous lease's path (cleanup points backwards, then the
+  # preparing ones, which no cleanup passes): one broker start per point
+  # under TCG, not two.
   install -m 755 "$F/gpuq-broker-crash-points" /usr/local/sbin/gpuq-broker-crash-points
-  for point in exported mounted before_unmount before_unexport before_wipe before_release; do
-    bp=$(cat /var/lib/gpuq-site/broker.pid)
-    kill "$bp"; i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || fail "nfs-crash-$point" "the broker did not stop"; sleep 0.1; done
-    rm -f /run/gpuq-site/broker.sock
+  bp=$(cat /var/lib/gpuq-site/broker.pid)
+  kill "$bp"; i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || fail nfs-crash "the broker did not stop"; sleep 0.1; done
+  rm -f /run/gpuq-site/broker.sock
+  prev=""; idp=""
+  for point in before_unexport before_unmount exported mounted ""; do
     last=$(date +%s.%N)
-    start_broker /usr/local/sbin/gpuq-broker-crash-points "$point"
+    if [ -n "$point" ]; then start_broker /usr/local/sbin/gpuq-broker-crash-points "$point"; else start_broker; fi
     bp=$(cat /var/lib/gpuq-site/broker.pid)
-    idc=$(as_alice gpuq submit --stor nfs -- true) || fail "nfs-crash-$point" "submit"
+    # What the previous crash left: held (preparing) or resumed (cleanup).
+    case $prev in
+      exported|mounted)
+        [ -e $state_dir/blocked.json ] || fail "nfs-crash-$prev" "not held after a crash while preparing"
+        wait_state "$idp" lost 60
+        out=$(gq recover 2>&1) || fail "nfs-crash-$prev" "recover: $out" ;;
+      before_*)
+        [ ! -e $state_dir/blocked.json ] || fail "nfs-crash-$prev" "held: $(cat $state_dir/blocked.json)"
+        wait_state "$idp" completed 120 ;;
+    esac
+    if [ -n "$prev" ]; then
+      wait_released "nfs-crash-$prev" 300
+      mark "nfs-crash-$prev-to-released"
+      [ -z "$(nfs_left)" ] || fail "nfs-crash-$prev" "left: $(nfs_left)"
+      echo "$ALLOW" | while read -r n s p i; do zero_range "$(dev_of "$s" "$i")" 0 $((1 << 20)) || fail "nfs-crash-$prev" "$n not zero"; done
+    fi
+    [ -n "$point" ] || break
+    idp=$(as_alice gpuq submit --stor nfs -- true) || fail "nfs-crash-$point" "submit"
     i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "nfs-crash-$point" "the broker did not abort at $point"; sleep 0.1; done
     rm -f /run/gpuq-site/broker.sock
-    start_broker
-    case $point in
-      exported|mounted)
-        [ -e $state_dir/blocked.json ] || fail "nfs-crash-$point" "not held after a crash while preparing"
-        wait_state "$idc" lost 60
-        out=$(gq recover 2>&1) || fail "nfs-crash-$point" "recover: $out" ;;
-      *)
-        [ ! -e $state_dir/blocked.json ] || fail "nfs-crash-$point" "held: $(cat $state_dir/blocked.json)"
-        wait_state "$idc" completed 120 ;;
-    esac
-    wait_released "nfs-crash-$point" 300
-    mark "nfs-crash-$point-to-released"
-    [ -z "$(nfs_left)" ] || fail "nfs-crash-$point" "left: $(nfs_left)"
-    echo "$ALLOW" | while read -r n s p i; do zero_range "$(dev_of "$s" "$i")" 0 $((1 << 20)) || fail "nfs-crash-$point" "$n not zero"; done
+    prev=$point
   done
   ok stor-nfsrdma-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty
 }
