@@ -69,9 +69,9 @@ pub fn mount_one(
     let mut out = Vec::new();
     for v in &r.nfs.volumes {
         let at = dir.join(format!("{}-{}", r.node, v.name));
-        make_root_dir(&at)?;
         let src = source(&r.nfs.address, &v.name);
         if mount_of(&at)?.is_none() {
+            make_root_dir(&at)?;
             mount(
                 Some(src.as_str()),
                 &at,
@@ -111,14 +111,31 @@ pub fn mount_one(
     Ok(out)
 }
 
-/// A directory root's, 0755, not a link (made, with its parents, if
-/// missing).
+/// A directory root's, not writable by others, that every user can
+/// reach: each missing component made root's, 0755 (set explicitly: the
+/// broker's umask does not decide), then the whole path checked.
 fn make_root_dir(p: &Path) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o755).recursive(true).create(p) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("create {}: {e}", p.display())),
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut cur = PathBuf::new();
+    for c in p.components() {
+        cur.push(c);
+        match std::fs::symlink_metadata(&cur) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match std::fs::create_dir(&cur) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(format!("create {}: {e}", cur.display())),
+                }
+                let m = std::fs::symlink_metadata(&cur)
+                    .map_err(|e| format!("stat {}: {e}", cur.display()))?;
+                if m.is_dir() && m.uid() == 0 {
+                    std::fs::set_permissions(&cur, std::fs::Permissions::from_mode(0o755))
+                        .map_err(|e| format!("chmod {}: {e}", cur.display()))?;
+                }
+            }
+            Err(e) => return Err(format!("stat {}: {e}", cur.display())),
+        }
     }
     let m = std::fs::symlink_metadata(p).map_err(|e| format!("stat {}: {e}", p.display()))?;
     if !m.is_dir() || m.uid() != 0 || m.mode() & 0o022 != 0 {
@@ -128,6 +145,16 @@ fn make_root_dir(p: &Path) -> Result<(), String> {
             m.uid(),
             m.mode() & 0o7777
         ));
+    }
+    for a in p.ancestors() {
+        let m = std::fs::metadata(a).map_err(|e| format!("stat {}: {e}", a.display()))?;
+        if m.mode() & 0o001 == 0 {
+            return Err(format!(
+                "{} (mode {:o}) is not searchable by others: the job's owner could not reach the mounts below it",
+                a.display(),
+                m.mode() & 0o7777
+            ));
+        }
     }
     Ok(())
 }
@@ -342,6 +369,33 @@ mod tests {
             get("GPUQ_STOR_MOUNTS_DA1"),
             Some("/run/gpuq/stor/L1/da1-nvme0n1")
         );
+    }
+
+    #[test]
+    fn mount_directories_are_made_reachable_whatever_the_umask() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        // The umask is the process's: set for this one call.
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+        let p = d.path().join("run/gpuq/stor/L1");
+        let r = make_root_dir(&p);
+        nix::sys::stat::umask(old);
+        r.unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for a in [d.path().join("run"), d.path().join("run/gpuq/stor"), p.clone()] {
+            assert_eq!(
+                std::fs::metadata(&a).unwrap().permissions().mode() & 0o777,
+                0o755,
+                "{}",
+                a.display()
+            );
+        }
+        // A parent others cannot search is refused, naming it.
+        std::fs::set_permissions(d.path().join("run/gpuq"), PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let e = make_root_dir(&p).unwrap_err();
+        assert!(e.contains("run/gpuq (mode 700) is not searchable"), "{e}");
     }
 
     #[test]

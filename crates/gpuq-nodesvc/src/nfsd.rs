@@ -441,6 +441,11 @@ impl Nfsd {
         if v.split_ascii_whitespace().any(|w| w == "+3" || w == "+2") {
             return Err(format!("NFSv2/3 could not be turned off: versions {v:?}"));
         }
+        // The shortest grace period the kernel takes (there is no earlier
+        // client state to reclaim on new filesystems; `v4_end_grace`
+        // answers EIO on Debian 12's 6.1 without client tracking).
+        // Before the first listener: that creates the server (EBUSY).
+        self.write("nfsv4gracetime", &format!("{GRACE_SECS}\n"))?;
         let listener =
             std::net::TcpListener::bind(tcp).map_err(|e| format!("cannot listen on {tcp}: {e}"))?;
         self.write("portlist", &format!("{}\n", listener.as_raw_fd()))?;
