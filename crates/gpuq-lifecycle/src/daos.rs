@@ -557,7 +557,7 @@ impl Daos {
         }
         mounted.sort_by(|a, b| (&a.node, &a.volume).cmp(&(&b.node, &b.volume)));
         local.note(&format!(
-            "mounted {} filesystem(s) of {} nodes over {}, each uid {uid}'s alone: {} ({:.2}s)",
+            "mounted {} filesystem(s) of {} nodes, NFS over {}, each uid {uid}'s alone: {} ({:.2}s)",
             mounted.len(),
             {
                 let mut n: Vec<&str> = mounted.iter().map(|m| m.node.as_str()).collect();
