@@ -374,8 +374,11 @@ mod tests {
     #[test]
     fn mount_directories_are_made_reachable_whatever_the_umask() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(d.path(), std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            d.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         // The umask is the process's: set for this one call.
         let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
         let p = d.path().join("run/gpuq/stor/L1");
@@ -383,7 +386,11 @@ mod tests {
         nix::sys::stat::umask(old);
         r.unwrap();
         use std::os::unix::fs::PermissionsExt;
-        for a in [d.path().join("run"), d.path().join("run/gpuq/stor"), p.clone()] {
+        for a in [
+            d.path().join("run"),
+            d.path().join("run/gpuq/stor"),
+            p.clone(),
+        ] {
             assert_eq!(
                 std::fs::metadata(&a).unwrap().permissions().mode() & 0o777,
                 0o755,

@@ -155,6 +155,7 @@ impl<P: Podman> NodeService<P> {
                         .unwrap_or_else(|| format!("vol{fsid}")),
                     fsid,
                     device_path: f.path.clone(),
+                    devnum: f.devnum.clone(),
                     device: f.device.clone(),
                 })
                 .collect(),
@@ -220,10 +221,9 @@ impl<P: Podman> NodeService<P> {
             ),
         )
         .map_err(io("audit"))?;
-        let devnums: Vec<String> = found.iter().map(|f| f.devnum.clone()).collect();
         let mounted = {
             let nfs = nfs.clone();
-            tokio::task::spawn_blocking(move || mount_all(&nfs, &devnums))
+            tokio::task::spawn_blocking(move || mount_all(&nfs))
                 .await
                 .map_err(|e| {
                     NodeError::Failed(format!("the mounts ended without an answer: {e}"))
@@ -443,7 +443,7 @@ impl<P: Podman> NodeService<P> {
 
 /// The pseudo-root and every volume mounted, each volume's root the
 /// owner's (0700). Blocking.
-fn mount_all(nfs: &NfsExport, devnums: &[String]) -> Result<(), String> {
+fn mount_all(nfs: &NfsExport) -> Result<(), String> {
     use nix::mount::{mount, MsFlags};
     let root = Path::new(&nfs.root);
     match std::fs::create_dir(root) {
@@ -462,7 +462,8 @@ fn mount_all(nfs: &NfsExport, devnums: &[String]) -> Result<(), String> {
         )
         .map_err(|e| format!("mount the pseudo-root on {}: {e}", root.display()))?;
     }
-    for (v, devnum) in nfs.volumes.iter().zip(devnums) {
+    for v in &nfs.volumes {
+        let devnum = &v.devnum;
         let at = root.join(&v.name);
         match std::fs::create_dir(&at) {
             Ok(()) => {}

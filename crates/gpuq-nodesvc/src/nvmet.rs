@@ -185,7 +185,7 @@ impl Nvmet {
     /// port starts the listener. Repeatable: an object that exists is
     /// taken as made by an earlier attempt of this lease (its name says
     /// so), a port only if it is ours ([`Nvmet::port_is_ours`]).
-    pub fn export(&self, e: &NvmetExport, devnums: &[String]) -> Result<(), ExportError> {
+    pub fn export(&self, e: &NvmetExport) -> Result<(), ExportError> {
         let f = |what: String| move |err: Errno| ExportError::Failed(step(what)(err));
         let subs = self
             .dir("subsystems")
@@ -197,7 +197,8 @@ impl Nvmet {
         write_attr(sub.as_fd(), "attr_allow_any_host", "0")
             .map_err(f("attr_allow_any_host = 0".into()))?;
         let nss = open_dir(sub.as_fd(), "namespaces").map_err(f("open namespaces".into()))?;
-        for (ns, want) in e.namespaces.iter().zip(devnums) {
+        for ns in &e.namespaces {
+            let want = &ns.devnum;
             let id = ns.nsid.to_string();
             mkdir(nss.as_fd(), &id).map_err(f(format!("mkdir namespaces/{id}")))?;
             let nsd = open_dir(nss.as_fd(), &id).map_err(f(format!("open namespaces/{id}")))?;

@@ -167,6 +167,7 @@ impl<P: Podman> NodeService<P> {
                 .map(|(f, nsid)| ExportedNamespace {
                     nsid,
                     device_path: f.path.clone(),
+                    devnum: f.devnum.clone(),
                     device: f.device.clone(),
                 })
                 .collect(),
@@ -202,10 +203,9 @@ impl<P: Podman> NodeService<P> {
                 io(format!("create {}", data_dir.display()))(e)
             }
         })?;
-        let devnums: Vec<String> = found.iter().map(|f| f.devnum.clone()).collect();
         let mut tries = 0;
         loop {
-            match target.export(&export, &devnums) {
+            match target.export(&export) {
                 Ok(()) => break,
                 Err(ExportError::PortTaken(id)) if tries < 16 => {
                     // Another node sharing this kernel took the ID first.

@@ -83,6 +83,9 @@ pub struct NfsVolume {
     pub fsid: u32,
     /// The node's device (`/dev/nvmeXnY`) as found at export.
     pub device_path: String,
+    /// Its device number (`major:minor`) as preflight found it: what the
+    /// mount is checked against.
+    pub devnum: String,
     pub device: LeaseDevice,
 }
 
@@ -130,6 +133,10 @@ pub struct ExportedNamespace {
     pub nsid: u32,
     /// The node's device (`/dev/nvmeXnY`) as found at export.
     pub device_path: String,
+    /// Its device number (`major:minor`) as preflight found it: what the
+    /// export checks the path against (empty in an older record).
+    #[serde(default)]
+    pub devnum: String,
     /// The node's namespace behind it, as the allowlist names it.
     pub device: LeaseDevice,
 }
