@@ -24,7 +24,7 @@ ALL=1; [ "${SITE_SCENARIOS:-all}" = all ] || ALL=0
 STOR=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-bench ] || STOR=1
 # --stor nfsrdma profiles: for all scenarios and for stor-nfs (the cluster,
 # the activation, then only scenario 5).
-NFS=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-nfs ] || NFS=1
+NFS=$ALL; case ${SITE_SCENARIOS:-all} in stor-nfs|stor-nfs-bench) NFS=1;; esac
 D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
@@ -695,6 +695,107 @@ JOB
 }
 if [ "${SITE_SCENARIOS:-all}" = stor-nfs ]; then
   stor_nfs
+  finish
+fi
+
+# --- stor-nfs-bench (integration/bench/stor-nfs.sh): one --stor nfsrdma
+# job's stand-up and cleanup, gpuq against the same steps by hand as the
+# original did them: from cxl2, one ssh per node, one after another:
+# mkfs.xfs on each namespace (the same binary as gpuq's image, run
+# directly with its own libraries), mount, chown, the nfsd filesystem
+# (versions, grace, `tcp 2049`, threads) and the export caches primed by
+# writing their channels (what exportfs + rpc.mountd put there, without
+# either: neither is in the site VM's image); then on cxl2 `mount -t
+# nfs4` of each (util-linux mount, no mount.nfs: the kernel parses the
+# options). Cleanup: umount on cxl2; per node threads 0, caches flushed,
+# umount, `blkdiscard -f`. No checks, no records, no audit. Prints
+# "NFS-BENCH gpuq|hand RUN standup S cleanup S".
+if [ "${SITE_SCENARIOS:-all}" = stor-nfs-bench ]; then
+  modprobe nfsd || fail bench "modprobe nfsd"
+  nsh() { nsenter --net=$NS_CXL2 ssh -F "$D/ssh/ssh_config" -i "$D/cxl2/ssh/id_harness" "$@"; }
+  tnow() { date +%s.%N; }
+  dt() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b-a}'; }
+  # mkfs.xfs as the nodes would have it installed: the image's layer,
+  # unpacked once (not timed).
+  X=/opt/bench-xfs; rm -rf $X; mkdir -p $X/img $X/root
+  tar -C $X/img -xf "$F/mkfs-image.tar"
+  for l in $X/img/*.tar; do tar -C $X/root -xf "$l"; done
+  MKFS="$X/root/lib64/ld-linux-x86-64.so.2 --library-path $X/root/lib/x86_64-linux-gnu $X/root/sbin/mkfs.xfs"
+  $MKFS -V >/dev/null || fail bench "the unpacked mkfs.xfs does not run"
+  # What is typed on each node (one ssh each): a script on the guest's
+  # one filesystem, which every node's sshd sees.
+  cat >/tmp/hb-up.sh <<'UP'
+set -e
+n=$1; shift; MKFS=$1; shift
+R=/mnt/hb-$n; C=/run/hb-nfsd-$n; P=/proc/net/rpc
+mkdir -p $R $C
+exp=$(($(date +%s) + 3600))
+for d in "$@"; do
+  v=$(basename $d)
+  $MKFS -q -K $d; mkdir -p $R/$v; mount $d $R/$v; chown 61001:61001 $R/$v; chmod 700 $R/$v
+done
+mount -t nfsd nfsd $C
+echo -3 >$C/versions; echo 10 >$C/nfsv4gracetime; echo 'tcp 2049' >$C/portlist; echo 8 >$C/threads
+# exportfs + rpc.mountd's answers, written before anyone asks: the
+# client's domain; the pseudo-root (ro, crossmnt, fsid 0); each volume.
+printf 'nfsd 10.200.0.10 %s hb\n' $exp >$P/auth.unix.ip/channel
+printf 'hb 1 \\x00000000 %s %s\n' $exp $R >$P/nfsd.fh/channel
+printf 'hb %s %s %s 65534 65534 0\n' $R $exp $((0x1 | 0x4 | 0x400 | 0x2000 | 0x4000)) >$P/nfsd.export/channel
+j=0
+for d in "$@"; do
+  j=$((j+1)); v=$(basename $d)
+  printf 'hb 1 \\x0%s000000 %s %s\n' $j $exp $R/$v >$P/nfsd.fh/channel
+  printf 'hb %s %s %s 65534 65534 %s\n' $R/$v $exp $((0x4 | 0x400 | 0x2000)) $j >$P/nfsd.export/channel
+done
+UP
+  cat >/tmp/hb-down.sh <<'DOWN'
+set -e
+n=$1; shift
+R=/mnt/hb-$n; C=/run/hb-nfsd-$n
+echo 0 >$C/threads
+for c in auth.unix.ip nfsd.fh nfsd.export; do date +%s >/proc/net/rpc/$c/flush; done
+for d in "$@"; do umount $R/$(basename $d); blkdiscard -f $d; done
+umount $C
+DOWN
+  devs_of() { while read -r nn s p i; do [ "$nn" = "$1" ] && dev_of "$s" "$i"; done <<<"$ALLOW"; true; }
+  for r in $(seq 1 "${STOR_BENCH_N:-5}"); do
+    rm -f /w/alice/bench-ran
+    t0=$(tnow)
+    idb=$(as_alice gpuq submit --stor nfs -- touch /w/alice/bench-ran) || fail bench "submit"
+    k=0; until [ -e /w/alice/bench-ran ]; do k=$((k+1)); [ $k -lt 6000 ] || fail bench "gpuq run $r: the job did not run: $(gq status "$idb" --json)"; sleep 0.05; done
+    t1=$(tnow)
+    k=0; while [ -e $state_dir/active.json ]; do
+      [ ! -e $state_dir/blocked.json ] || fail bench "held: $(cat $state_dir/blocked.json)"
+      k=$((k+1)); [ $k -lt 6000 ] || fail bench "not released"; sleep 0.05
+    done
+    t2=$(tnow)
+    echo "NFS-BENCH gpuq $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
+
+    rm -f /w/alice/bench-ran
+    t0=$(tnow)
+    mounts=""
+    for n in da1 da2 da3 da4; do
+      # shellcheck disable=SC2046
+      nsh "$n" "bash /tmp/hb-up.sh $n '$MKFS' $(devs_of $n | tr '\n' ' ')" || fail bench "by hand: export on $n"
+      for d in $(devs_of $n); do mounts="$mounts $n:$(basename "$d")"; done
+    done
+    for m in $mounts; do
+      n=${m%%:*}; v=${m##*:}
+      mkdir -p /mnt/hbc/$n-$v
+      nsenter --net=$NS_CXL2 mount -t nfs4 -o "vers=4.2,proto=tcp,addr=$(addr $n),clientaddr=10.200.0.10" "$(addr $n):/$v" /mnt/hbc/$n-$v \
+        || fail bench "by hand: mount $m"
+    done
+    as_alice touch /w/alice/bench-ran
+    for m in $mounts; do as_alice touch "/mnt/hbc/${m%%:*}-${m##*:}/x" || fail bench "by hand: alice cannot write $m"; done
+    t1=$(tnow)
+    for m in $mounts; do umount "/mnt/hbc/${m%%:*}-${m##*:}" || fail bench "by hand: umount $m"; done
+    for n in da1 da2 da3 da4; do
+      nsh "$n" "bash /tmp/hb-down.sh $n $(devs_of $n | tr '\n' ' ')" || fail bench "by hand: cleanup on $n"
+    done
+    t2=$(tnow)
+    [ -z "$(findmnt -rn -t nfs4,xfs,nfsd)" ] || fail bench "by hand left: $(findmnt -rn -t nfs4,xfs,nfsd)"
+    echo "NFS-BENCH hand $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
+  done
   finish
 fi
 
