@@ -17,7 +17,8 @@
 //!   filesystems) and each XFS mounted with `mount(2)` and checked by
 //!   device number; each volume's root given to the job owner, 0700;
 //!   then the upcall responder and the server ([`crate::nfsd`]);
-//! - unexport: responder stopped, server stopped, caches flushed, every
+//! - unexport: any mkfs container of the lease (a crash's) removed,
+//!   responder stopped, server stopped, caches flushed, every
 //!   mount of the lease unmounted (never lazily) and confirmed gone from
 //!   mountinfo, the export cache confirmed empty of the lease. Idempotent.
 
@@ -357,6 +358,37 @@ impl<P: Podman> NodeService<P> {
             let _ = audit::append(&lease_dir, "unexport", "failed", &msg);
             NodeError::Failed(msg)
         };
+        // A mkfs container a crash left (it may still hold a device):
+        // removed (killed first) and confirmed gone before anything else.
+        let filter =
+            gpuq_podman::LabelFilter::lease(lease).eq(gpuq_podman::LABEL_ROLE, Role::Mkfs.as_str());
+        let mut removed_mkfs = Vec::new();
+        for c in self
+            .podman()
+            .container_list(&filter)
+            .await
+            .map_err(|e| fail(format!("list the lease's mkfs containers: {e}")))?
+        {
+            self.podman()
+                .container_delete(&c.id, true)
+                .await
+                .map_err(|e| fail(format!("remove mkfs container {}: {e}", c.names.join(","))))?;
+            removed_mkfs.push(format!("removed mkfs container {}", c.names.join(",")));
+        }
+        let left = self
+            .podman()
+            .container_list(&filter)
+            .await
+            .map_err(|e| fail(format!("list the lease's mkfs containers: {e}")))?;
+        if !left.is_empty() {
+            return Err(fail(format!(
+                "mkfs containers of the lease are still there: {}",
+                left.iter()
+                    .map(|c| c.names.join(","))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         let responder = self
             .nfs_responder
             .lock()
@@ -364,7 +396,7 @@ impl<P: Podman> NodeService<P> {
             .take_if(|(l, _)| l == lease);
         let nfsd_dir = self.nfsd_dir(lease);
         let done = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
-            let mut did = Vec::new();
+            let mut did = removed_mkfs;
             if let Some(ctl) = Nfsd::at(&nfsd_dir) {
                 ctl.stop()?;
                 ctl.unmount()?;

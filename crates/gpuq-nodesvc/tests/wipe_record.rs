@@ -1137,3 +1137,89 @@ async fn an_nfs_export_without_nfsd_or_its_mkfs_image_is_refused_and_touches_not
     assert!(r.already_done, "{r:?}");
     assert_eq!(listing(), jobs_before);
 }
+
+/// A node helper that died while its `mkfs.xfs` container ran leaves that
+/// container (labelled with the lease, role `mkfs`, possibly still holding
+/// the device): the lease's `unexport` removes it first and confirms it is
+/// gone, then finds nothing else of the export (this kernel has no nfsd
+/// and nothing is mounted), and records the unexport. A container of
+/// another role or lease is not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_nfs_unexport_removes_a_mkfs_container_a_crash_left() {
+    use gpuq_podman::{lease_labels, ContainerSpec, LabelFilter, Podman, Role};
+    if !as_own_node("an_nfs_unexport_removes_a_mkfs_container_a_crash_left") {
+        return;
+    }
+    let site = Site::new().await;
+    let dev = LoopDev::new(64 * MIB);
+    let stor = format!(
+        "[stor.nfs]\nkind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.99.0.1\"\nmkfs_image = \"{}\"\n",
+        site.image
+    );
+    let svc = site.helper_with("inst1", "physical", &[&dev], &stor).await;
+    let client = site.podman.client().await;
+    let image = gpuq_podman::ImageId::parse(&site.image).unwrap();
+    let mut run = |name: &str, lease: &str, role: Role| {
+        let mut spec = ContainerSpec::new(name, image.clone());
+        spec.labels = lease_labels(lease, role);
+        spec.command = vec!["sleep".into(), "600".into()];
+        spec.network = gpuq_podman::Namespace::None;
+        spec
+    };
+    let crashed = run("gpuq-L7-mkfs-nvme0n1", "L7", Role::Mkfs);
+    let other = run("gpuq-L8-mkfs-nvme0n1", "L8", Role::Mkfs);
+    for spec in [&crashed, &other] {
+        client.container_create(spec).await.unwrap();
+        client.container_start(&spec.name).await.unwrap();
+    }
+    // The record the export wrote before its first mkfs.
+    let root = site.root.join("jobs/L7/nfs");
+    let rec = gpuq_protocol::node::NodeLease {
+        lease: "L7".into(),
+        profile: "nfs".into(),
+        phase: "exporting".into(),
+        metadata_dir: site.root.join("jobs/L7/control_meta").display().to_string(),
+        container: None,
+        since: 1,
+        mode: Some(gpuq_protocol::node::LeaseMode::Physical),
+        devices: vec![],
+        export: None,
+        nfs: Some(gpuq_protocol::node::NfsExport {
+            transport: "tcp".into(),
+            address: "10.99.0.1".into(),
+            port: 2049,
+            client_address: "10.99.0.2".into(),
+            owner_uid: 61001,
+            owner_gid: 61001,
+            root: root.display().to_string(),
+            volumes: vec![],
+        }),
+    };
+    std::fs::create_dir_all(site.root.join("jobs/L7")).unwrap();
+    std::fs::write(site.jobs("lease.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
+    let r = svc.unexport("L7").await.unwrap();
+    assert!(!r.already_done, "{r:?}");
+    assert!(
+        r.detail
+            .contains("removed mkfs container gpuq-L7-mkfs-nvme0n1"),
+        "{r:?}"
+    );
+    assert!(client
+        .container_list(&LabelFilter::lease("L7"))
+        .await
+        .unwrap()
+        .is_empty());
+    let others = client
+        .container_list(&LabelFilter::lease("L8"))
+        .await
+        .unwrap();
+    assert_eq!(others.len(), 1, "another lease's container was touched");
+    assert_eq!(others[0].state, "running");
+    let back: Value =
+        serde_json::from_slice(&std::fs::read(site.jobs("lease.json")).unwrap()).unwrap();
+    assert_eq!(back["phase"], "unexported");
+    // Again: nothing left to do.
+    let r = svc.unexport("L7").await.unwrap();
+    assert!(r.already_done, "{r:?}");
+    client.container_delete(&other.name, true).await.unwrap();
+}
