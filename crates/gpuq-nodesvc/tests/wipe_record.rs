@@ -1159,7 +1159,7 @@ async fn an_nfs_unexport_removes_a_mkfs_container_a_crash_left() {
     let svc = site.helper_with("inst1", "physical", &[&dev], &stor).await;
     let client = site.podman.client().await;
     let image = gpuq_podman::ImageId::parse(&site.image).unwrap();
-    let mut run = |name: &str, lease: &str, role: Role| {
+    let run = |name: &str, lease: &str, role: Role| {
         let mut spec = ContainerSpec::new(name, image.clone());
         spec.labels = lease_labels(lease, role);
         spec.command = vec!["sleep".into(), "600".into()];
