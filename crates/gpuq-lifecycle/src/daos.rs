@@ -517,6 +517,13 @@ impl Daos {
         }
         let t = std::time::Instant::now();
         let within = self.cfg.deadlines.start;
+        {
+            let (dir, lease) = (nfs.mount_dir.clone(), l.lease.clone());
+            tokio::task::spawn_blocking(move || crate::nfs::make_lease_dir(&dir, &lease))
+                .await
+                .map_err(|e| DaosError::Stor(format!("the mount directory: {e}")))?
+                .map_err(DaosError::Stor)?;
+        }
         let mounts = exports.into_iter().map(|r| {
             let (dir, lease, client) = (nfs.mount_dir.clone(), l.lease.clone(), client.clone());
             let node = r.node.clone();

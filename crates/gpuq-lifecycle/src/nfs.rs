@@ -48,8 +48,18 @@ pub fn source(server: &str, volume: &str) -> String {
     }
 }
 
+/// The lease's directory of mounts (and `mount_dir` above it), made and
+/// checked once, before the nodes' mounts run at once: made by several
+/// at a time, one would see another's directory between its `mkdir` and
+/// its `chmod` (tried in the site VM).
+pub fn make_lease_dir(mount_dir: &Path, lease: &str) -> Result<(), String> {
+    make_root_dir(mount_dir)?;
+    make_root_dir(&lease_dir(mount_dir, lease))
+}
+
 /// Mount every volume of one node's export and check each is `uid`'s,
-/// 0700. Blocking (a mount waits for the server: the caller bounds it).
+/// 0700; [`make_lease_dir`] first. Blocking (a mount waits for the
+/// server: the caller bounds it).
 pub fn mount_one(
     r: &NfsExportReport,
     mount_dir: &Path,
@@ -59,8 +69,6 @@ pub fn mount_one(
     uid: u32,
 ) -> Result<Vec<Mounted>, String> {
     let dir = lease_dir(mount_dir, lease);
-    make_root_dir(mount_dir)?;
-    make_root_dir(&dir)?;
     let (proto, port) = if rdma && r.nfs.transport == "rdma" {
         ("rdma", 20049)
     } else {
