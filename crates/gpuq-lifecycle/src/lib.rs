@@ -407,64 +407,27 @@ impl Lifecycle {
         host_token: &str,
         local: &dyn LocalSteps,
     ) -> Result<Vec<gpuq_protocol::node::ExportReport>, LifecycleError> {
-        let lease = l.lease.clone();
-        let t = std::time::Instant::now();
         let req = json(&gpuq_protocol::node::ExportRequest {
             profile: self.profile.clone(),
             host_token: host_token.to_string(),
         });
-        let exported = call_each::<gpuq_protocol::node::ExportReport>(
-            &self.nodes,
-            self.deadlines.start,
-            Method::POST,
-            &format!("/v1/leases/{lease}/export"),
-            &|_| Some(req.clone()),
-            Retry::Refused,
-        )
-        .await;
-        let failures: Vec<String> = exported
-            .iter()
-            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
-            .collect();
-        local.timed(
-            "prepare",
+        self.on_all_nodes(
+            l,
             "export",
-            t.elapsed().as_secs_f64(),
-            failures.is_empty(),
-        );
-        if !failures.is_empty() {
-            local.note(&format!(
-                "export failed ({}): {}",
-                secs(t),
-                failures.join("; ")
-            ));
-            self.store.transition(l, Phase::Cleaning, now())?;
-            self.cleanup(l, local).await?;
-            return Err(LifecycleError::Refused {
-                lease,
-                reasons: failures,
-            });
-        }
-        let reports: Vec<_> = exported.into_iter().filter_map(|(_, r)| r.ok()).collect();
-        local.note(&format!(
-            "exported on {} nodes: {} ({})",
-            reports.len(),
-            reports
-                .iter()
-                .map(|r| format!(
+            req,
+            local,
+            |r: &gpuq_protocol::node::ExportReport| {
+                format!(
                     "{} {} namespace(s) on {} {}:{}",
                     r.node,
                     r.export.namespaces.len(),
                     r.export.transport,
                     r.export.address,
                     r.export.port
-                ))
-                .collect::<Vec<_>>()
-                .join(", "),
-            secs(t)
-        ));
-        local.checkpoint("exported");
-        Ok(reports)
+                )
+            },
+        )
+        .await
     }
 
     /// `--stor nfsrdma`: export the lease's filesystems on all nodes at
@@ -478,19 +441,55 @@ impl Lifecycle {
         gid: u32,
         local: &dyn LocalSteps,
     ) -> Result<Vec<gpuq_protocol::node::NfsExportReport>, LifecycleError> {
-        let lease = l.lease.clone();
-        let t = std::time::Instant::now();
         let req = json(&gpuq_protocol::node::NfsExportRequest {
             profile: self.profile.clone(),
             client_address: client_address.to_string(),
             owner_uid: uid,
             owner_gid: gid,
         });
-        let exported = call_each::<gpuq_protocol::node::NfsExportReport>(
+        self.on_all_nodes(
+            l,
+            "nfs-export",
+            req,
+            local,
+            |r: &gpuq_protocol::node::NfsExportReport| {
+                format!(
+                    "{} {} xfs on {} {}:{}",
+                    r.node,
+                    r.nfs.volumes.len(),
+                    r.nfs.transport,
+                    r.nfs.address,
+                    r.nfs.port
+                )
+            },
+        )
+        .await
+    }
+
+    /// `POST /v1/leases/L/<verb>` with `req` on all nodes at once (the
+    /// start deadline; a node whose link is re-made is asked again),
+    /// timed as the preparation's `export`; all must answer, each report
+    /// described in the job's log (`exported on N nodes: …`, checkpoint
+    /// `exported`). A failure cleans the lease up (and holds it if that
+    /// fails too).
+    async fn on_all_nodes<T>(
+        &self,
+        l: &mut Lease,
+        verb: &str,
+        req: serde_json::Value,
+        local: &dyn LocalSteps,
+        describe: impl Fn(&T) -> String,
+    ) -> Result<Vec<T>, LifecycleError>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+    {
+        let lease = l.lease.clone();
+        let t = std::time::Instant::now();
+        let exported = call_each::<T>(
             &self.nodes,
             self.deadlines.start,
             Method::POST,
-            &format!("/v1/leases/{lease}/nfs-export"),
+            &format!("/v1/leases/{lease}/{verb}"),
             &|_| Some(req.clone()),
             Retry::Refused,
         )
@@ -518,22 +517,11 @@ impl Lifecycle {
                 reasons: failures,
             });
         }
-        let reports: Vec<_> = exported.into_iter().filter_map(|(_, r)| r.ok()).collect();
+        let reports: Vec<T> = exported.into_iter().filter_map(|(_, r)| r.ok()).collect();
         local.note(&format!(
             "exported on {} nodes: {} ({})",
             reports.len(),
-            reports
-                .iter()
-                .map(|r| format!(
-                    "{} {} xfs on {} {}:{}",
-                    r.node,
-                    r.nfs.volumes.len(),
-                    r.nfs.transport,
-                    r.nfs.address,
-                    r.nfs.port
-                ))
-                .collect::<Vec<_>>()
-                .join(", "),
+            reports.iter().map(&describe).collect::<Vec<_>>().join(", "),
             secs(t)
         ));
         local.checkpoint("exported");

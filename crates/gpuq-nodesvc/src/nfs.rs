@@ -24,11 +24,11 @@
 
 use crate::audit;
 use crate::nfsd::{self, Nfsd, Responder, Table};
-use crate::profile::{Mode, StorDetail};
+use crate::profile::StorDetail;
 use crate::service::{io, NodeError, NodeService};
 use gpuq_podman::{lease_labels, ContainerSpec, ImageId, Namespace, Podman, Role};
 use gpuq_protocol::node::{
-    LeaseMode, NfsExport, NfsExportReport, NfsExportRequest, NfsVolume, NodeLease, StepReport,
+    NfsExport, NfsExportReport, NfsExportRequest, NfsVolume, NodeLease, StepReport,
 };
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -161,34 +161,10 @@ impl<P: Podman> NodeService<P> {
                 })
                 .collect(),
         };
-        let data_dir = self.data_dir(lease, Mode::Physical);
         // Write before act: every volume, mount and the server are named
         // in the record before the first exists.
-        let mut rec = NodeLease {
-            lease: lease.to_string(),
-            profile: profile.name.clone(),
-            phase: "exporting".into(),
-            metadata_dir: data_dir.display().to_string(),
-            container: None,
-            since: audit::now(),
-            mode: Some(LeaseMode::Physical),
-            devices: found.iter().map(|f| f.device.clone()).collect(),
-            export: None,
-            nfs: Some(nfs.clone()),
-        };
-        self.write_record(&rec)?;
-        std::fs::create_dir_all(&lease_dir)
-            .map_err(io(format!("create {}", lease_dir.display())))?;
-        std::fs::create_dir(&data_dir).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                NodeError::Refused(format!(
-                    "{} already exists: a lease needs a new one (wipe the old lease first)",
-                    data_dir.display()
-                ))
-            } else {
-                io(format!("create {}", data_dir.display()))(e)
-            }
-        })?;
+        let mut rec =
+            self.begin_stor_lease(lease, &profile.name, &found, None, Some(nfs.clone()))?;
         let fail = |step: &str, why: String| {
             let _ = audit::append(&lease_dir, step, "failed", &why);
             NodeError::Failed(format!(

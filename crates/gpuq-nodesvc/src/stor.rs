@@ -173,36 +173,10 @@ impl<P: Podman> NodeService<P> {
                 .collect(),
         };
         let lease_dir = self.lease_dir(lease);
-        let data_dir = self.data_dir(lease, Mode::Physical);
         // Write before act: every object this export makes is named in the
         // record before the first exists.
-        let mut rec = NodeLease {
-            lease: lease.to_string(),
-            profile: profile.name.clone(),
-            phase: "exporting".into(),
-            metadata_dir: data_dir.display().to_string(),
-            container: None,
-            since: audit::now(),
-            mode: Some(LeaseMode::Physical),
-            devices: found.iter().map(|f| f.device.clone()).collect(),
-            export: Some(export.clone()),
-            nfs: None,
-        };
-        self.write_record(&rec)?;
-        std::fs::create_dir_all(&lease_dir)
-            .map_err(io(format!("create {}", lease_dir.display())))?;
-        // The lease's (empty) data directory: the physical wipe removes it
-        // after the devices, as for a DAOS lease.
-        std::fs::create_dir(&data_dir).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                NodeError::Refused(format!(
-                    "{} already exists: a lease needs a new one (wipe the old lease first)",
-                    data_dir.display()
-                ))
-            } else {
-                io(format!("create {}", data_dir.display()))(e)
-            }
-        })?;
+        let mut rec =
+            self.begin_stor_lease(lease, &profile.name, &found, Some(export.clone()), None)?;
         let mut tries = 0;
         loop {
             match target.export(&export) {
@@ -252,6 +226,49 @@ impl<P: Podman> NodeService<P> {
             lease: lease.to_string(),
             export,
         })
+    }
+
+    /// The first durable step of a `--stor` export: the node's lease
+    /// record (physical mode, the devices found, and what the export will
+    /// make), then the lease's directory and its empty data directory (the
+    /// physical wipe removes it after the devices, as for a DAOS lease; one
+    /// already there is refused).
+    pub(crate) fn begin_stor_lease(
+        &self,
+        lease: &str,
+        profile: &str,
+        found: &[Found],
+        export: Option<NvmetExport>,
+        nfs: Option<gpuq_protocol::node::NfsExport>,
+    ) -> Result<NodeLease, NodeError> {
+        let lease_dir = self.lease_dir(lease);
+        let data_dir = self.data_dir(lease, Mode::Physical);
+        let rec = NodeLease {
+            lease: lease.to_string(),
+            profile: profile.to_string(),
+            phase: "exporting".into(),
+            metadata_dir: data_dir.display().to_string(),
+            container: None,
+            since: audit::now(),
+            mode: Some(LeaseMode::Physical),
+            devices: found.iter().map(|f| f.device.clone()).collect(),
+            export,
+            nfs,
+        };
+        self.write_record(&rec)?;
+        std::fs::create_dir_all(&lease_dir)
+            .map_err(io(format!("create {}", lease_dir.display())))?;
+        std::fs::create_dir(&data_dir).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                NodeError::Refused(format!(
+                    "{} already exists: a lease needs a new one (wipe the old lease first)",
+                    data_dir.display()
+                ))
+            } else {
+                io(format!("create {}", data_dir.display()))(e)
+            }
+        })?;
+        Ok(rec)
     }
 
     /// `POST /v1/leases/{lease}/unexport`: remove the lease's export and
