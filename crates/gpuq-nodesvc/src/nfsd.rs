@@ -28,7 +28,7 @@ use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,7 +229,6 @@ fn wall_now() -> u64 {
 #[derive(Debug)]
 pub struct Responder {
     stop: Arc<AtomicBool>,
-    answered: Arc<AtomicU64>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -248,22 +247,15 @@ impl Responder {
             channels.push((cache, f));
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let answered = Arc::new(AtomicU64::new(0));
-        let (s, a) = (stop.clone(), answered.clone());
+        let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("nfsd-upcalls".into())
-            .spawn(move || serve(table, channels, s, a))
+            .spawn(move || serve(table, channels, s))
             .map_err(|e| format!("cannot start the upcall responder: {e}"))?;
         Ok(Responder {
             stop,
-            answered,
             thread: Some(thread),
         })
-    }
-
-    /// How many upcalls it has answered.
-    pub fn answered(&self) -> u64 {
-        self.answered.load(Ordering::Relaxed)
     }
 }
 
@@ -276,12 +268,7 @@ impl Drop for Responder {
     }
 }
 
-fn serve(
-    table: Table,
-    mut channels: Vec<(&'static str, std::fs::File)>,
-    stop: Arc<AtomicBool>,
-    answered: Arc<AtomicU64>,
-) {
+fn serve(table: Table, mut channels: Vec<(&'static str, std::fs::File)>, stop: Arc<AtomicBool>) {
     let mut buf = vec![0u8; 8192];
     while !stop.load(Ordering::Relaxed) {
         let ready: Vec<bool> = {
@@ -324,7 +311,6 @@ fn serve(
                     if let Err(e) = f.write_all(format!("{reply}\n").as_bytes()) {
                         tracing::warn!(cache, request = req, error = %e, "nfsd upcall: the kernel refused the answer");
                     } else {
-                        answered.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(cache, request = req, reply, "nfsd upcall answered");
                     }
                 }

@@ -152,6 +152,16 @@ format_wait_secs = 60
         self.root.join("jobs").join(f)
     }
 
+    /// The names in `jobs_dir`, sorted (what a refused step must not change).
+    fn jobs_listing(&self) -> Vec<String> {
+        let mut l: Vec<String> = std::fs::read_dir(self.root.join("jobs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        l.sort();
+        l
+    }
+
     /// `lease.json` as JSON (read as a value: the test also runs against
     /// the helper before the fix, whose record type has no mode).
     fn record(&self) -> Value {
@@ -976,14 +986,7 @@ async fn a_stor_export_without_the_kernel_target_is_refused_and_touches_nothing(
     activate(&svc, "activation-1").await;
     dev.write_data(8 * MIB, 64 * 1024);
     let before = content(&dev);
-    let listing = || {
-        let mut l: Vec<String> = std::fs::read_dir(site.root.join("jobs"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        l.sort();
-        l
-    };
+    let listing = || site.jobs_listing();
     let jobs_before = listing();
     let report = svc
         .preflight(&gpuq_protocol::node::PreflightRequest {
@@ -1061,14 +1064,7 @@ async fn an_nfs_export_without_nfsd_or_its_mkfs_image_is_refused_and_touches_not
     activate(&svc, "activation-1").await;
     dev.write_data(8 * MIB, 64 * 1024);
     let before = content(&dev);
-    let listing = || {
-        let mut l: Vec<String> = std::fs::read_dir(site.root.join("jobs"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        l.sort();
-        l
-    };
+    let listing = || site.jobs_listing();
     let jobs_before = listing();
     let report = svc
         .preflight(&gpuq_protocol::node::PreflightRequest {
