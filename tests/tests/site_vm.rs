@@ -45,6 +45,18 @@ fn within(secs: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
     c
 }
 
+/// Where each boot and guest script took its time, appended to
+/// `target/tmp/site-vm-times.txt` (the suite's budget is planned from it:
+/// docs/testing.md).
+fn record_time(lines: &str) {
+    use std::io::Write;
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("site-vm-times.txt");
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(&path);
+    if let Ok(mut f) = f {
+        let _ = f.write_all(lines.as_bytes());
+    }
+}
+
 fn script(name: &str) -> PathBuf {
     workspace_root().join("integration/vm/site").join(name)
 }
@@ -250,6 +262,11 @@ impl Vm {
         let vm = Vm { state, _tmp: tmp };
         assert!(out.status.success(), "up failed:\n{}", text(&out));
         eprintln!("site VM up in {:.0?}: {}", t.elapsed(), text(&out).trim());
+        record_time(&format!(
+            "{} s  up{}\n",
+            t.elapsed().as_secs(),
+            if cgroup_v1 { " --cgroup-v1" } else { "" }
+        ));
         vm
     }
 
@@ -295,6 +312,11 @@ impl Vm {
             (out.status.success(), text(&out))
         };
         eprintln!("{cmd} ({:.0?}):\n{all}", t.elapsed());
+        let mut times = format!("{} s  {cmd}\n", t.elapsed().as_secs());
+        for l in all.lines().filter(|l| l.starts_with("SITE-TIME ")) {
+            times.push_str(&format!("    {l}\n"));
+        }
+        record_time(&times);
         assert!(ok, "{cmd} failed in the guest:\n{all}");
         for w in want {
             assert!(
