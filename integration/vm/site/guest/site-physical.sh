@@ -12,19 +12,23 @@
 #   da3 SN-SITE-0003 0000:00:13.0 nsid 1     da4 SN-SITE-0005 0000:00:15.0 nsid 1 and 2
 # SN-SITE-0004 (0000:00:14.0) is on no allowlist: it must never be written.
 #
-# SITE_SCENARIOS=inst runs only scenario 1 without the broker kill (the
-# cgroup-v1 boot: an --inst job and daos-exec from inside it, and from
-# outside refused); the default, all, runs every scenario.
+# SITE_SCENARIOS=inst runs only scenario 1 without the broker kill (an
+# --inst job and daos-exec from inside it, and from outside refused; its
+# cancel and time limit); inst-nfs runs that, then scenario 5 (--stor
+# nfsrdma); physical runs every scenario but 5; the default, all, runs
+# every scenario. The test suite splits them between its two boots
+# (tests/tests/site_vm.rs: physical on cgroup v2, inst-nfs on cgroup v1),
+# so that the two guests, sharing the host's cores, end together.
 set -eu
 F=${F:-/gpuq}
-ALL=1; [ "${SITE_SCENARIOS:-all}" = all ] || ALL=0
+ALL=0; case ${SITE_SCENARIOS:-all} in all|physical) ALL=1;; esac
 # --stor nvmeof profiles on the nodes and the broker: for all scenarios and
 # for stor-bench (integration/bench/stor-nvmeof.sh: the cluster, the
 # activation, then only the benchmark).
 STOR=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-bench ] || STOR=1
 # --stor nfsrdma profiles: for all scenarios and for stor-nfs (the cluster,
 # the activation, then only scenario 5).
-NFS=$ALL; case ${SITE_SCENARIOS:-all} in stor-nfs|stor-nfs-bench) NFS=1;; esac
+NFS=0; case ${SITE_SCENARIOS:-all} in all|inst-nfs|stor-nfs|stor-nfs-bench) NFS=1;; esac
 D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
@@ -107,6 +111,8 @@ done
 zero_range "$BYSTANDER" 0 $((8 << 20)) || fail setup "$BYSTANDER is not zero before the test"
 
 # --- the cluster, physical profile -------------------------------------------
+# A node helper's PID, as the cluster recorded it.
+helper_pid() { awk -v h="$1" '$1 == "pid" && $2 == h && $3 == "node" {print $4; exit}' "$D/manifest"; }
 addr() { case $1 in da1) echo 10.200.0.11;; da2) echo 10.200.0.12;; da3) echo 10.200.0.13;; da4) echo 10.200.0.14;; esac; }
 mkdir -p /etc/gpuq-site/devices /var/log/gpuq-site
 for n in da1 da2 da3 da4; do
@@ -645,6 +651,40 @@ JOB
   [ ! -e $state_dir/blocked.json ] || fail nfs-readopt "held: $(cat $state_dir/blocked.json)"
   grep -q "re-adopted by a restarted broker" "$(field "$(gq status "$idk" --json)" log_path)" \
     || fail nfs-readopt "not re-adopted: $(tail -5 "$(field "$(gq status "$idk" --json)" log_path)")"
+  # da2's node helper killed (SIGKILL) and started again while the lease
+  # is exported: the kernel server and the mounts outlive it, and the new
+  # helper answers the server's upcalls again (resume_nfs). With da2's
+  # export caches flushed, alice's file there is read only through new
+  # upcalls: without an answer the hard mount would hang (bounded here).
+  hp=$(helper_pid da2)
+  hbin=$(readlink "/proc/$hp/exe")
+  nlog=$D/logs/da2-node.log
+  said='answering the NFS upcalls of the lease exported here again'
+  n0=$(grep -c "$said" "$nlog" || true)
+  kill -9 "$hp"
+  i=0; while kill -0 "$hp" 2>/dev/null; do i=$((i+1)); [ $i -lt 100 ] || fail nfs-resume "da2's helper $hp did not end"; sleep 0.1; done
+  last=$(date +%s.%N)
+  GPUQ_LOG=info setsid nsenter --net=/run/netns/$P-da2 "$hbin" --config "$D/da2/etc/node.toml" serve \
+    </dev/null >>"$nlog" 2>&1 &
+  np=$!
+  sed -i "s/^pid da2 node $hp\$/pid da2 node $np/" "$D/manifest"
+  [ "$(helper_pid da2)" = "$np" ] || fail nfs-resume "the manifest does not name the new helper $np"
+  i=0; until [ "$(grep -c "$said" "$nlog" || true)" -gt "$n0" ]; do
+    i=$((i+1)); [ $i -lt 300 ] || fail nfs-resume "the restarted helper did not resume the export: $(tail -5 "$nlog")"; sleep 0.2
+  done
+  mark nfs-helper-restart-to-resumed
+  nsenter --net=/run/netns/$P-da2 sh -c 'for c in auth.unix.ip nfsd.fh nfsd.export; do date +%s >/proc/net/rpc/$c/flush; done' \
+    || fail nfs-resume "flush da2's export caches"
+  m2=$(sed -n 's/^GPUQ_STOR_MOUNTS_DA2=//p' /w/alice/nfs-per-node)
+  [ -n "$m2" ] || fail nfs-resume "no da2 mount in $(cat /w/alice/nfs-per-node)"
+  for m in $m2; do
+    as_alice timeout -s KILL 60 cat "$m/alice-file" >/dev/null \
+      || fail nfs-resume "alice cannot read $m/alice-file after da2's helper restarted: $(tail -5 "$nlog")"
+    as_alice timeout -s KILL 60 sh -c "echo after-resume >'$m/after-resume'" \
+      || fail nfs-resume "alice cannot write in $m after da2's helper restarted"
+  done
+  mark nfs-read-after-resume
+  ok stor-nfsrdma-a-node-helper-restarted-while-exported-answers-its-server-again
   touch /w/alice/nfs-go
   wait_state "$idk" completed 120
   [ -e /w/alice/nfs-read-again ] || fail nfs-readopt "the job could not read its files after the restart"
@@ -864,7 +904,6 @@ if [ "$ALL" = 1 ]; then
 # all four are there (or, should one have been quicker, have its wipe in
 # their audit). Then they are let go on without the broker. The polling
 # uses shell builtins (one ls per round): a fork costs ~0.1 s here.
-helper_pid() { awk -v h="$1" '$1 == "pid" && $2 == h && $3 == "node" {print $4; exit}' "$D/manifest"; }
 declare -A NODE_OF=()
 for n in da1 da2 da3 da4; do NODE_OF[$(helper_pid $n)]=$n; done
 exec 9<> <(:)
@@ -985,6 +1024,7 @@ if [ "$ALL" = 0 ]; then
   released "$idt" inst-time-limit
   mark inst-time-limit-to-released
   ok inst-time-limit-ends-the-unit-and-releases
+  if [ "$NFS" = 1 ]; then stor_nfs; fi
   finish
 fi
 
@@ -1304,7 +1344,7 @@ ok stor-nvmeof-a-failed-unexport-holds-naming-the-node-wipes-nothing-and-recover
 crash_chain nvmeof stor_left before_release before_wipe before_unexport before_disconnect exported connected
 ok stor-nvmeof-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty
 modprobe -r nvme-tcp nvmet-tcp nvmet || fail stor "modprobe -r"
-stor_nfs
+if [ "$NFS" = 1 ]; then stor_nfs; fi
 
 # --- scenario 3: a filesystem from da3's namespace mounted during the job ------
 D3=$(dev_of SN-SITE-0003 1)
