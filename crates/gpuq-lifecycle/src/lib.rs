@@ -333,8 +333,6 @@ impl Lifecycle {
         l: &mut Lease,
         local: &dyn LocalSteps,
     ) -> Result<bool, LifecycleError> {
-        let lease = l.lease.clone();
-        let lease = lease.as_str();
         let t = std::time::Instant::now();
         let start = |node: &str| {
             let dmg = self
@@ -349,41 +347,10 @@ impl Lifecycle {
                 dmg,
             }))
         };
-        let started = call_each::<StartReport>(
-            &self.nodes,
-            self.deadlines.start,
-            Method::POST,
-            &format!("/v1/leases/{lease}/start"),
-            &start,
-            Retry::Refused,
-        )
-        .await;
-        let failures: Vec<String> = started
-            .iter()
-            .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
-            .collect();
-        local.timed(
-            "prepare",
-            "start_servers",
-            t.elapsed().as_secs_f64(),
-            failures.is_empty(),
-        );
-        if !failures.is_empty() {
-            local.note(&format!(
-                "server start failed ({}): {}",
-                secs(t),
-                failures.join("; ")
-            ));
-            self.store.transition(l, Phase::Cleaning, now())?;
-            self.cleanup(l, local).await?;
-            return Err(LifecycleError::Refused {
-                lease: lease.to_string(),
-                reasons: failures,
-            });
-        }
-        let awaiting = started
-            .iter()
-            .all(|(_, r)| r.as_ref().is_ok_and(|s| s.awaiting_format));
+        let started: Vec<StartReport> = self
+            .on_all_nodes(l, "start", &start, local, "start_servers", "server start")
+            .await?;
+        let awaiting = started.iter().all(|s| s.awaiting_format);
         local.note(&format!(
             "servers started on {} nodes{} ({})",
             self.nodes.len(),
@@ -411,7 +378,7 @@ impl Lifecycle {
             profile: self.profile.clone(),
             host_token: host_token.to_string(),
         });
-        self.on_all_nodes(
+        self.export_on_all_nodes(
             l,
             "export",
             req,
@@ -447,7 +414,7 @@ impl Lifecycle {
             owner_uid: uid,
             owner_gid: gid,
         });
-        self.on_all_nodes(
+        self.export_on_all_nodes(
             l,
             "nfs-export",
             req,
@@ -466,13 +433,10 @@ impl Lifecycle {
         .await
     }
 
-    /// `POST /v1/leases/L/<verb>` with `req` on all nodes at once (the
-    /// start deadline; a node whose link is re-made is asked again),
-    /// timed as the preparation's `export`; all must answer, each report
+    /// `POST /v1/leases/L/<verb>` with `req` on all nodes at once,
     /// described in the job's log (`exported on N nodes: …`, checkpoint
-    /// `exported`). A failure cleans the lease up (and holds it if that
-    /// fails too).
-    async fn on_all_nodes<T>(
+    /// `exported`): [`Lifecycle::on_all_nodes`] timed as `export`.
+    async fn export_on_all_nodes<T>(
         &self,
         l: &mut Lease,
         verb: &str,
@@ -483,30 +447,63 @@ impl Lifecycle {
     where
         T: serde::de::DeserializeOwned + Send + 'static,
     {
+        let t = std::time::Instant::now();
+        let reports: Vec<T> = self
+            .on_all_nodes(l, verb, &|_| Some(req.clone()), local, "export", "export")
+            .await?;
+        local.note(&format!(
+            "exported on {} nodes: {} ({})",
+            reports.len(),
+            reports.iter().map(&describe).collect::<Vec<_>>().join(", "),
+            secs(t)
+        ));
+        local.checkpoint("exported");
+        Ok(reports)
+    }
+
+    /// A preparation step on every node at once: `POST
+    /// /v1/leases/L/<verb>`, each node's body from `body_of` (the start
+    /// deadline; a node whose link is re-made is asked again), timed as
+    /// the preparation's `step`. All must answer: on any failure the job
+    /// log says `<what> failed` with each node's reason, the lease is
+    /// cleaned up (and held if that fails too) and the start refused,
+    /// naming the nodes. The reports in the nodes' order.
+    async fn on_all_nodes<T>(
+        &self,
+        l: &mut Lease,
+        verb: &str,
+        body_of: &(dyn Fn(&str) -> Option<serde_json::Value> + Sync),
+        local: &dyn LocalSteps,
+        step: &str,
+        what: &str,
+    ) -> Result<Vec<T>, LifecycleError>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+    {
         let lease = l.lease.clone();
         let t = std::time::Instant::now();
-        let exported = call_each::<T>(
+        let answers = call_each::<T>(
             &self.nodes,
             self.deadlines.start,
             Method::POST,
             &format!("/v1/leases/{lease}/{verb}"),
-            &|_| Some(req.clone()),
+            body_of,
             Retry::Refused,
         )
         .await;
-        let failures: Vec<String> = exported
+        let failures: Vec<String> = answers
             .iter()
             .filter_map(|(node, r)| r.as_ref().err().map(|e| format!("{node}: {e}")))
             .collect();
         local.timed(
             "prepare",
-            "export",
+            step,
             t.elapsed().as_secs_f64(),
             failures.is_empty(),
         );
         if !failures.is_empty() {
             local.note(&format!(
-                "export failed ({}): {}",
+                "{what} failed ({}): {}",
                 secs(t),
                 failures.join("; ")
             ));
@@ -517,15 +514,7 @@ impl Lifecycle {
                 reasons: failures,
             });
         }
-        let reports: Vec<T> = exported.into_iter().filter_map(|(_, r)| r.ok()).collect();
-        local.note(&format!(
-            "exported on {} nodes: {} ({})",
-            reports.len(),
-            reports.iter().map(&describe).collect::<Vec<_>>().join(", "),
-            secs(t)
-        ));
-        local.checkpoint("exported");
-        Ok(reports)
+        Ok(answers.into_iter().filter_map(|(_, r)| r.ok()).collect())
     }
 
     /// This host's cleanup steps: the caller's `kill_job`, then this

@@ -512,6 +512,24 @@ crash_chain() {
   done
 }
 
+# kill -9 of the broker while a --stor job runs: alice submits SCRIPT,
+# and once it has written (FILE appears) the broker is killed and started
+# again; the job must be re-adopted, not held. Its ID is left in RO_ID
+# (not printed: the restarted broker must not be a command
+# substitution's child).
+#   readopt PROFILE SCRIPT FILE WHAT
+readopt() {
+  RO_ID=$(as_alice gpuq submit --stor "$1" -- "$2") || fail "$4" "submit"
+  i=0; until [ -e "$3" ]; do
+    i=$((i+1)); [ $i -lt 600 ] || fail "$4" "the job wrote nothing after 300 s: $(gq status "$RO_ID" --json)"; sleep 0.5
+  done
+  kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
+  start_broker
+  [ ! -e $state_dir/blocked.json ] || fail "$4" "held: $(cat $state_dir/blocked.json)"
+  grep -q "re-adopted by a restarted broker" "$(field "$(gq status "$RO_ID" --json)" log_path)" \
+    || fail "$4" "not re-adopted: $(tail -5 "$(field "$(gq status "$RO_ID" --json)" log_path)")"
+}
+
 # --- scenario 5: --stor nfsrdma (#18), over TCP (no RDMA device here) ---------
 # What an nfsrdma lease leaves behind on this host and the nodes: nothing
 # (no NFS mount, no mount of a lease's filesystem, no NFS listener, no
@@ -642,15 +660,8 @@ JOB
   # mounts stay), waits for its end, then cleans up.
   rm -f /w/alice/nfs-go /w/alice/nfs-written /w/alice/nfs-read-again
   last=$(date +%s.%N)
-  idk=$(as_alice gpuq submit --stor nfs -- /w/alice/nfs.sh) || fail nfs-readopt "submit"
-  i=0; until [ -e /w/alice/nfs-written ]; do
-    i=$((i+1)); [ $i -lt 600 ] || fail nfs-readopt "the job wrote nothing after 300 s: $(gq status "$idk" --json)"; sleep 0.5
-  done
-  kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
-  start_broker
-  [ ! -e $state_dir/blocked.json ] || fail nfs-readopt "held: $(cat $state_dir/blocked.json)"
-  grep -q "re-adopted by a restarted broker" "$(field "$(gq status "$idk" --json)" log_path)" \
-    || fail nfs-readopt "not re-adopted: $(tail -5 "$(field "$(gq status "$idk" --json)" log_path)")"
+  readopt nfs /w/alice/nfs.sh /w/alice/nfs-written nfs-readopt
+  idk=$RO_ID
   # da2's node helper killed (SIGKILL) and started again while the lease
   # is exported: the kernel server and the mounts outlive it, and the new
   # helper answers the server's upcalls again (resume_nfs). With da2's
@@ -1284,15 +1295,8 @@ ok stor-nvmeof-kill-9-while-preparing-ends-held-or-clean-and-recover-leaves-noth
 # job (its devices stay connected), waits for its end, then cleans up.
 rm -f /w/alice/stor-go /w/alice/stor-written
 last=$(date +%s.%N)
-id11=$(as_alice gpuq submit --stor nvmeof -- /w/alice/stor.sh) || fail stor-readopt "submit"
-i=0; until [ -e /w/alice/stor-written ]; do
-  i=$((i+1)); [ $i -lt 600 ] || fail stor-readopt "the job wrote nothing after 300 s: $(gq status "$id11" --json)"; sleep 0.5
-done
-kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
-start_broker
-[ ! -e $state_dir/blocked.json ] || fail stor-readopt "held: $(cat $state_dir/blocked.json)"
-grep -q "re-adopted by a restarted broker" "$(field "$(gq status "$id11" --json)" log_path)" \
-  || fail stor-readopt "not re-adopted: $(tail -5 "$(field "$(gq status "$id11" --json)" log_path)")"
+readopt nvmeof /w/alice/stor.sh /w/alice/stor-written stor-readopt
+id11=$RO_ID
 touch /w/alice/stor-go
 wait_state "$id11" completed 120
 [ -e /w/alice/stor-written-again ] || fail stor-readopt "the job could not write after the restart"
