@@ -19,6 +19,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+. "$repo/integration/lib/image-archive.sh"
 bin=""
 out=""
 while [ $# -gt 0 ]; do
@@ -61,41 +62,12 @@ done
 printf '#!/bin/sh\n# daos-sim image: bash is busybox sh here (the real DAOS image has bash)\nexec /bin/sh "$@"\n' >"$root/bin/bash"
 chmod 755 "$root/bin/bash"
 # A dynamically linked binary (tests use the debug build): bring its libraries.
-if ldd "$bin" >/dev/null 2>&1; then
-    for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
-        mkdir -p "$root$(dirname "$lib")"
-        cp -L "$lib" "$root$lib"
-    done
-fi
+if ldd "$bin" >/dev/null 2>&1; then copy_libs "$bin" "$root"; fi
 printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
 printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 
-find "$root" -exec touch -h -d @0 {} +
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
-    -C "$root" -cf "$work/layer.tar" $(cd "$root" && ls -A)
-layer=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
-arch=amd64
-[ "$(uname -m)" = aarch64 ] && arch=arm64
-printf '%s' "{\"architecture\":\"$arch\",\"os\":\"linux\",\"created\":\"1970-01-01T00:00:00Z\",\
-\"config\":{\"Env\":[\"PATH=/bin\"],\"Cmd\":[\"dmg\",\"--help\"],\
+image_archive "$root" "$work" "$out" daos-sim-image "localhost/gpuq-daos-sim:$version" \
+    "{\"Env\":[\"PATH=/bin\"],\"Cmd\":[\"dmg\",\"--help\"],\
 \"Labels\":{\"io.gpuq.image\":\"daos-sim\",\"io.gpuq.daos-sim.version\":\"$version\",\
-\"description\":\"DAOS control-plane simulator for tests; not DAOS\"}},\
-\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer\"]},\
-\"history\":[{\"created\":\"1970-01-01T00:00:00Z\",\"created_by\":\"integration/daos-sim-image/build.sh\"}]}" \
-    >"$work/config.json"
-config=$(sha256sum "$work/config.json" | cut -d' ' -f1)
-mkdir -p "$work/outer" "$out"
-mv "$work/layer.tar" "$work/outer/$layer.tar"
-mv "$work/config.json" "$work/outer/$config.json"
-printf '%s' "[{\"Config\":\"$config.json\",\"RepoTags\":[\"localhost/gpuq-daos-sim:$version\"],\"Layers\":[\"$layer.tar\"]}]" \
-    >"$work/outer/manifest.json"
-touch -d @0 "$work/outer"/*
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
-    -C "$work/outer" -cf "$out/.daos-sim-image.tar.$$" manifest.json "$config.json" "$layer.tar"
-# Renames, with names of our own: concurrent builds (parallel tests) write
-# the same bytes and never see each other's half-written files.
-mv "$out/.daos-sim-image.tar.$$" "$out/daos-sim-image.tar"
-echo "sha256:$config" >"$out/.image-id.$$"
-mv "$out/.image-id.$$" "$out/image-id"
-echo "archive: $out/daos-sim-image.tar"
-echo "image: sha256:$config"
+\"description\":\"DAOS control-plane simulator for tests; not DAOS\"}}" \
+    integration/daos-sim-image/build.sh

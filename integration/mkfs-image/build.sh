@@ -13,6 +13,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+. "$repo/integration/lib/image-archive.sh"
 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -30,33 +31,10 @@ root=$work/rootfs
 mkdir -p "$root"/{sbin,etc,tmp,dev,proc,sys}
 chmod 1777 "$root/tmp"
 cp -L "$mkfs" "$root/sbin/mkfs.xfs"
-for lib in $(ldd "$mkfs" | grep -o '/[^ ]*'); do
-  mkdir -p "$root$(dirname "$lib")"
-  cp -L "$lib" "$root$lib"
-done
+copy_libs "$mkfs" "$root"
 printf 'root:x:0:0:root:/:/sbin/nologin\n' >"$root/etc/passwd"
 printf 'root:x:0:\n' >"$root/etc/group"
-find "$root" -exec touch -h -d @0 {} +
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
-  -C "$root" -cf "$work/layer.tar" $(cd "$root" && ls -A)
-layer=$(sha256sum "$work/layer.tar" | cut -d' ' -f1)
-printf '%s' "{\"architecture\":\"amd64\",\"os\":\"linux\",\"created\":\"1970-01-01T00:00:00Z\",\
-\"config\":{\"Env\":[\"PATH=/sbin\"],\"Cmd\":[\"mkfs.xfs\",\"-V\"],\
-\"Labels\":{\"io.gpuq.image\":\"mkfs\",\"io.gpuq.mkfs.xfsprogs\":\"$version\"}},\
-\"rootfs\":{\"type\":\"layers\",\"diff_ids\":[\"sha256:$layer\"]},\
-\"history\":[{\"created\":\"1970-01-01T00:00:00Z\",\"created_by\":\"integration/mkfs-image/build.sh\"}]}" \
-  >"$work/config.json"
-config=$(sha256sum "$work/config.json" | cut -d' ' -f1)
-mkdir -p "$work/outer" "$out"
-mv "$work/layer.tar" "$work/outer/$layer.tar"
-mv "$work/config.json" "$work/outer/$config.json"
-printf '%s' "[{\"Config\":\"$config.json\",\"RepoTags\":[\"localhost/gpuq-mkfs:xfsprogs-$version\"],\"Layers\":[\"$layer.tar\"]}]" \
-  >"$work/outer/manifest.json"
-touch -d @0 "$work/outer"/*
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --format=gnu \
-  -C "$work/outer" -cf "$out/.mkfs-image.tar.$$" manifest.json "$config.json" "$layer.tar"
-mv "$out/.mkfs-image.tar.$$" "$out/mkfs-image.tar"
-echo "sha256:$config" >"$out/.image-id.$$"
-mv "$out/.image-id.$$" "$out/image-id"
-echo "archive: $out/mkfs-image.tar"
-echo "image: sha256:$config"
+image_archive "$root" "$work" "$out" mkfs-image "localhost/gpuq-mkfs:xfsprogs-$version" \
+  "{\"Env\":[\"PATH=/sbin\"],\"Cmd\":[\"mkfs.xfs\",\"-V\"],\
+\"Labels\":{\"io.gpuq.image\":\"mkfs\",\"io.gpuq.mkfs.xfsprogs\":\"$version\"}}" \
+  integration/mkfs-image/build.sh
