@@ -111,6 +111,16 @@ done
 zero_range "$BYSTANDER" 0 $((8 << 20)) || fail setup "$BYSTANDER is not zero before the test"
 
 # --- the cluster, physical profile -------------------------------------------
+# POST BODY (JSON) to a node helper's PATH through its socket, as the
+# broker's link does; the answer in /tmp/ask.out, the HTTP status printed.
+#   ask_node NODE PATH BODY
+ask_node() {
+  curl -sS --max-time 60 -o /tmp/ask.out -w '%{http_code}' --unix-socket "$D/$1/run/node.sock" \
+    -X POST -H 'content-type: application/json' -d "$3" "http://node$2"
+}
+# A node's lease record and what its lease directory holds (owners, modes,
+# names): what a refused call must leave as it was.
+node_lease_state() { md5sum <"$D/$1/jobs/lease.json"; find "$D/$1/jobs/$2" -maxdepth 3 -printf '%u %m %p\n' | sort; }
 # A node helper's PID, as the cluster recorded it.
 helper_pid() { awk -v h="$1" '$1 == "pid" && $2 == h && $3 == "node" {print $4; exit}' "$D/manifest"; }
 addr() { case $1 in da1) echo 10.200.0.11;; da2) echo 10.200.0.12;; da3) echo 10.200.0.13;; da4) echo 10.200.0.14;; esac; }
@@ -620,6 +630,18 @@ JOB
   done
   ss -ltnH | grep -q ':2049 ' && fail nfs "an NFS listener in the guest's own namespace"
   ok stor-nfsrdma-job-writes-its-four-nodes-filesystems-as-the-user-and-another-user-cannot-read-them
+  # The export asked again for the same client and owner (the broker's
+  # retry after a link was re-made mid-call): the same answer, nothing
+  # made twice. For another owner: refused (409), nothing changed.
+  st0=$(node_lease_state da2 "$L")
+  code=$(ask_node da2 "/v1/leases/$L/nfs-export" '{"profile":"nfs","client_address":"10.200.0.10","owner_uid":61001,"owner_gid":61001}') || true
+  [ "$code" = 200 ] || fail nfs-again "asked again: $code $(cat /tmp/ask.out)"
+  grep -q "\"lease\": *\"$L\"" /tmp/ask.out && grep -q '"fsid"' /tmp/ask.out || fail nfs-again "not the export's report: $(cat /tmp/ask.out)"
+  code=$(ask_node da2 "/v1/leases/$L/nfs-export" '{"profile":"nfs","client_address":"10.200.0.10","owner_uid":61002,"owner_gid":61002}') || true
+  [ "$code" = 409 ] || fail nfs-again "another owner: $code $(cat /tmp/ask.out)"
+  grep -q "already exported on this node" /tmp/ask.out || fail nfs-again "not the refusal: $(cat /tmp/ask.out)"
+  [ "$(node_lease_state da2 "$L")" = "$st0" ] || fail nfs-again "da2 changed: $st0 -> $(node_lease_state da2 "$L")"
+  ok stor-nfsrdma-an-export-asked-again-answers-the-same-and-for-another-owner-is-refused-changing-nothing
   touch /w/alice/nfs-go
   wait_state "$idn" completed 120
   [ -e /w/alice/nfs-read-again ] || fail nfs "the job could not read its files again"
@@ -1213,6 +1235,15 @@ ss -ltnH | grep -q ':4420' && fail stor "a listener in the guest's own namespace
 nsenter --net=$NS_CXL2 setpriv --reuid=61002 --regid=61002 --clear-groups \
   timeout 5 bash -c "exec 3<>/dev/tcp/$(addr da1)/4420" 2>/dev/null && fail stor "uid 61002 on cxl2 reached da1:4420"
 ok stor-nvmeof-job-writes-its-four-nodes-devices-as-the-user-and-another-user-cannot-open-them
+# The export asked again for another host (token): refused (409), and
+# nothing of the node's record, lease directory or nvmet changed.
+L8=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
+st0=$(node_lease_state da3 "$L8"; find /sys/kernel/config/nvmet -maxdepth 3 | sort)
+code=$(ask_node da3 "/v1/leases/$L8/export" '{"profile":"nvmeof","host_token":"0123456789abcdef0123456789abcdef"}') || true
+[ "$code" = 409 ] || fail stor-again "another host: $code $(cat /tmp/ask.out)"
+grep -q "already exported on this node" /tmp/ask.out || fail stor-again "not the refusal: $(cat /tmp/ask.out)"
+[ "$(node_lease_state da3 "$L8"; find /sys/kernel/config/nvmet -maxdepth 3 | sort)" = "$st0" ] || fail stor-again "da3 or nvmet changed"
+ok stor-nvmeof-an-export-asked-again-for-another-host-is-refused-changing-nothing
 touch /w/alice/stor-go
 wait_state "$id8" completed 120
 [ -e /w/alice/stor-written-again ] || fail stor "the job's second writes did not happen"
