@@ -16,6 +16,7 @@ pub mod config;
 pub mod daos;
 pub mod error;
 pub mod host;
+pub mod lustre;
 pub mod nfs;
 pub mod nodes;
 pub mod stor;
