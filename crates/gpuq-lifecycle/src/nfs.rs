@@ -178,7 +178,7 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
         .into_iter()
         .filter(|m| Path::new(&m.mountpoint).starts_with(&dir))
         .collect();
-    ours.sort_by(|a, b| b.mountpoint.len().cmp(&a.mountpoint.len()));
+    ours.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.len()));
     let mut did = Vec::new();
     for m in &ours {
         let at = Path::new(&m.mountpoint);
