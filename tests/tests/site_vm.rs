@@ -507,6 +507,7 @@ fn a_cgroup_v1_only_site_vm_runs_jobs_an_inst_job_with_daos_exec_and_stor_nfsrdm
             "stor-nfsrdma-preflight-refuses-a-node-whose-nfs-port-is-taken-and-touches-nothing",
             "stor-nfsrdma-job-writes-its-four-nodes-filesystems-as-the-user-and-another-user-cannot-read-them",
             "stor-nfsrdma-an-export-asked-again-answers-the-same-and-for-another-owner-is-refused-changing-nothing",
+            "stor-nfsrdma-the-owners-process-still-holding-a-mount-after-the-job-is-ended-not-the-site-held",
             "stor-nfsrdma-cleanup-unmounts-unexports-wipes-and-the-files-are-gone",
             "stor-nfsrdma-cancel-during-stand-up-cleans-and-releases",
             "stor-nfsrdma-kill-9-while-the-job-runs-is-re-adopted-and-cleaned",

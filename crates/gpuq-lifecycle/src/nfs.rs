@@ -179,6 +179,12 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
         .filter(|m| Path::new(&m.mountpoint).starts_with(&dir))
         .collect();
     ours.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.len()));
+    // The job's processes were ended by `kill_job`; a process outside it
+    // may still hold a mount (the owner's shell `cd`'d into it, a `tail
+    // -f` of a result). Ended too, but never root's: a root holder makes
+    // the unmount below fail and the step hold, naming it.
+    let points: Vec<PathBuf> = ours.iter().map(|m| PathBuf::from(&m.mountpoint)).collect();
+    let ended = end_user_holders(&points);
     let mut did = Vec::new();
     for m in &ours {
         let at = Path::new(&m.mountpoint);
@@ -196,9 +202,18 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
             };
             if t.elapsed() > Duration::from_secs(5) {
                 if forced {
+                    let held = holders(std::slice::from_ref(&PathBuf::from(&m.mountpoint)))
+                        .iter()
+                        .map(|h| h.to_string())
+                        .collect::<Vec<_>>();
                     return Err(format!(
-                        "unmount {}: {e} (never lazily: the job's data is behind it)",
-                        m.mountpoint
+                        "unmount {}: {e} (never lazily: the job's data is behind it){}",
+                        m.mountpoint,
+                        if held.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; held open by {}", held.join(", "))
+                        }
                     ));
                 }
                 forced = true;
@@ -230,11 +245,119 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
         }
         let _ = std::fs::remove_dir(&dir);
     }
+    let ended = if ended.is_empty() {
+        String::new()
+    } else {
+        format!(" (ended what still held them: {})", ended.join(", "))
+    };
     Ok(if did.is_empty() {
         "no mount of this lease on this host".into()
     } else {
-        format!("unmounted {}; none is left", did.join(", "))
+        format!("unmounted {}; none is left{ended}", did.join(", "))
     })
+}
+
+/// A process that holds something under one of a lease's mounts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    pid: u32,
+    uid: u32,
+    comm: String,
+}
+
+impl std::fmt::Display for Holder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {} ({}, uid {})", self.pid, self.comm, self.uid)
+    }
+}
+
+/// Whether process `pid` holds anything under one of `points`: its
+/// working or root directory, an open file, a mapped file. Read from
+/// /proc (the names the kernel keeps: nothing asks the NFS server).
+fn holds(pid: u32, points: &[PathBuf]) -> bool {
+    let under = |p: &Path| points.iter().any(|m| p.starts_with(m));
+    let link = |name: &str| std::fs::read_link(format!("/proc/{pid}/{name}"));
+    if ["cwd", "root"]
+        .iter()
+        .any(|n| link(n).is_ok_and(|p| under(&p)))
+    {
+        return true;
+    }
+    if let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+        if fds
+            .flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|p| under(&p)))
+        {
+            return true;
+        }
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
+        maps.lines()
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .any(|p| under(Path::new(p)))
+    })
+}
+
+/// Every process (but this one) holding something under `points`.
+fn holders(points: &[PathBuf]) -> Vec<Holder> {
+    use std::os::unix::fs::MetadataExt;
+    let own = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| *pid != own && holds(*pid, points))
+        .filter_map(|pid| {
+            let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            Some(Holder {
+                pid,
+                uid,
+                // The process's own name (its owner chose it): shown
+                // only as printable ASCII.
+                comm: comm
+                    .trim_end()
+                    .chars()
+                    .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// End (SIGKILL) every process but root's that holds something under
+/// `points`, each through a pidfd opened before it is looked at again (a
+/// reused PID is never hit), and wait for them (2 s at most; a process
+/// the kernel has not let go by then is named by the unmount's failure).
+/// Only the job's owner can reach inside the mounts (their roots are the
+/// owner's, 0700, and root is squashed on the server), so these are the
+/// owner's processes that outlived the job. Returns the ones ended.
+fn end_user_holders(points: &[PathBuf]) -> Vec<String> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::MetadataExt;
+    let mut ended = Vec::new();
+    let t = std::time::Instant::now();
+    loop {
+        let left: Vec<Holder> = holders(points).into_iter().filter(|h| h.uid != 0).collect();
+        if left.is_empty() || t.elapsed() > Duration::from_secs(2) {
+            return ended;
+        }
+        for h in left {
+            let Ok(fd) = gpuq_sys::proc::pidfd_open(h.pid) else {
+                continue;
+            };
+            let same = std::fs::metadata(format!("/proc/{}", h.pid)).is_ok_and(|m| m.uid() == h.uid)
+                && holds(h.pid, points);
+            if same && gpuq_sys::proc::pidfd_kill(fd.as_fd()).is_ok() {
+                let said = h.to_string();
+                if !ended.contains(&said) {
+                    ended.push(said);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// The job's variables: `GPUQ_STOR_KIND`, `GPUQ_STOR_MOUNTS` (every
@@ -411,6 +534,104 @@ mod tests {
             .unwrap();
         let e = make_root_dir(&p).unwrap_err();
         assert!(e.contains("run/gpuq (mode 700) is not searchable"), "{e}");
+    }
+
+    /// A mount of the lease's on this host for the test (tmpfs: the
+    /// unmount goes by the path, whatever the type), and the processes
+    /// started to hold it: all undone at drop, also when the test fails.
+    struct Held {
+        at: PathBuf,
+        children: Vec<std::process::Child>,
+    }
+
+    impl Held {
+        fn mount(at: PathBuf) -> Held {
+            std::fs::create_dir_all(&at).unwrap();
+            mount(
+                Some("gpuq-test"),
+                &at,
+                Some("tmpfs"),
+                MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+                Some("size=1m"),
+            )
+            .expect("mount a tmpfs (the test runs as root)");
+            std::fs::write(at.join("result"), b"x").unwrap();
+            Held {
+                at,
+                children: Vec::new(),
+            }
+        }
+
+        /// `sleep` as `uid`, its stdin a file of the mount.
+        fn hold_as(&mut self, uid: u32) -> u32 {
+            use std::os::unix::process::CommandExt;
+            let f = std::fs::File::open(self.at.join("result")).unwrap();
+            let c = std::process::Command::new("sleep")
+                .arg("600")
+                .uid(uid)
+                .gid(uid)
+                .stdin(f)
+                .spawn()
+                .unwrap();
+            let pid = c.id();
+            self.children.push(c);
+            // Until the child has exec'd (its uid and name are sleep's)
+            // and its fd is there to be seen.
+            let t = std::time::Instant::now();
+            while !(std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == "sleep")
+                && holds(pid, std::slice::from_ref(&self.at)))
+            {
+                assert!(t.elapsed() < Duration::from_secs(5), "child {pid} never held the mount");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            pid
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            for c in &mut self.children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            if mount_of(&self.at).ok().flatten().is_some() {
+                let _ = umount2(&self.at, MntFlags::MNT_DETACH);
+            }
+        }
+    }
+
+    #[test]
+    fn a_users_process_still_holding_a_mount_is_ended_and_a_roots_holds_the_unmount() {
+        use std::os::unix::process::ExitStatusExt;
+        let d = tempfile::tempdir().unwrap();
+        let at = lease_dir(d.path(), "L7").join("da1-v1");
+        let mut m = Held::mount(at.clone());
+        // The owner's process outside the job: ended, then the mount goes.
+        let pid = m.hold_as(61001);
+        let said = unmount_lease(d.path(), "L7").unwrap();
+        assert!(
+            said.contains(&format!("ended what still held them: pid {pid} (sleep, uid 61001)")),
+            "{said}"
+        );
+        let st = m.children[0].wait().unwrap();
+        assert_eq!(st.signal(), Some(9), "{st:?}");
+        assert_eq!(mount_of(&at).unwrap(), None);
+        drop(m);
+
+        // Root's process: left alone; the unmount fails (after its forced
+        // try) naming it, and the mount is still there.
+        let mut m = Held::mount(at.clone());
+        let pid = m.hold_as(0);
+        let e = unmount_lease(d.path(), "L7").unwrap_err();
+        assert!(e.contains(&format!("held open by pid {pid} (sleep, uid 0)")), "{e}");
+        assert!(e.contains("never lazily"), "{e}");
+        assert!(mount_of(&at).unwrap().is_some());
+        assert!(m.children[0].try_wait().unwrap().is_none(), "root's process was ended");
+        m.children[0].kill().unwrap();
+        m.children[0].wait().unwrap();
+        assert!(unmount_lease(d.path(), "L7").unwrap().starts_with("unmounted "));
+        assert_eq!(mount_of(&at).unwrap(), None);
     }
 
     #[test]

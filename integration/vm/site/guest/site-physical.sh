@@ -642,6 +642,12 @@ JOB
   grep -q "already exported on this node" /tmp/ask.out || fail nfs-again "not the refusal: $(cat /tmp/ask.out)"
   [ "$(node_lease_state da2 "$L")" = "$st0" ] || fail nfs-again "da2 changed: $st0 -> $(node_lease_state da2 "$L")"
   ok stor-nfsrdma-an-export-asked-again-answers-the-same-and-for-another-owner-is-refused-changing-nothing
+  # alice, outside her job, keeps a file of da1's mount open (a login
+  # shell's `tail`): the cleanup ends that process (hers: only the owner
+  # reaches inside the mounts) instead of holding the site.
+  m1=$(sed -n 's/^GPUQ_STOR_MOUNTS_DA1=//p' /w/alice/nfs-per-node)
+  as_alice sh -c "exec sleep 100000 <'$m1/alice-file'" &
+  outside=$!
   touch /w/alice/nfs-go
   wait_state "$idn" completed 120
   [ -e /w/alice/nfs-read-again ] || fail nfs "the job could not read its files again"
@@ -651,6 +657,10 @@ JOB
   logn=$(cat "$(field "$(gq status "$idn" --json)" log_path)")
   echo "$logn" | grep -q 'NFS over TCP' || fail nfs "the log does not say TCP: $logn"
   for st in unmount unexport wipe; do echo "$logn" | grep -q "cleanup $st: " || fail nfs "no cleanup $st in: $logn"; done
+  echo "$logn" | grep -q "ended what still held them: pid [0-9]* (sleep, uid 61001)" \
+    || fail nfs "the unmount did not end alice's process outside the job: $logn"
+  i=0; while kill -0 "$outside" 2>/dev/null; do i=$((i+1)); [ $i -lt 50 ] || fail nfs "alice's process outside the job still runs"; sleep 0.1; done
+  ok stor-nfsrdma-the-owners-process-still-holding-a-mount-after-the-job-is-ended-not-the-site-held
   [ -z "$(nfs_left)" ] || fail nfs "left: $(nfs_left)"
   for m in $mounts; do [ ! -e "$m" ] || fail nfs "$m still exists"; done
   echo "$ALLOW" | while read -r n s p i; do
