@@ -519,7 +519,7 @@ impl Daos {
         let within = self.cfg.deadlines.start;
         {
             let (dir, lease) = (nfs.mount_dir.clone(), l.lease.clone());
-            tokio::task::spawn_blocking(move || crate::nfs::make_lease_dir(&dir, &lease))
+            tokio::task::spawn_blocking(move || crate::nfs::make_lease_dir(&dir, &lease, uid))
                 .await
                 .map_err(|e| DaosError::Stor(format!("the mount directory: {e}")))?
                 .map_err(DaosError::Stor)?;

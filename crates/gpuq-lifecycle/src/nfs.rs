@@ -52,9 +52,31 @@ pub fn source(server: &str, volume: &str) -> String {
 /// checked once, before the nodes' mounts run at once: made by several
 /// at a time, one would see another's directory between its `mkdir` and
 /// its `chmod` (tried in the site VM).
-pub fn make_lease_dir(mount_dir: &Path, lease: &str) -> Result<(), String> {
+///
+/// The job owner's uid is written there too (`owner`, root's, durable):
+/// the cleanup's `unmount` ends that uid's processes still holding a
+/// mount, and no one else's.
+pub fn make_lease_dir(mount_dir: &Path, lease: &str, owner_uid: u32) -> Result<(), String> {
     make_root_dir(mount_dir)?;
-    make_root_dir(&lease_dir(mount_dir, lease))
+    let dir = lease_dir(mount_dir, lease);
+    make_root_dir(&dir)?;
+    let owner = dir.join(OWNER);
+    gpuq_durable::write_atomic(&owner, format!("{owner_uid}\n").as_bytes(), 0o644)
+        .map_err(|e| format!("write {}: {e}", owner.display()))
+}
+
+/// In the lease's directory of mounts: the job owner's uid.
+const OWNER: &str = "owner";
+
+/// The uid [`make_lease_dir`] wrote for `dir`'s lease; `None` when there
+/// is none (a crash before it), or it is not a uid other than root's.
+fn owner_of(dir: &Path) -> Option<u32> {
+    std::fs::read_to_string(dir.join(OWNER))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|u| *u != 0)
 }
 
 /// Mount every volume of one node's export and check each is `uid`'s,
@@ -179,12 +201,16 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
         .filter(|m| Path::new(&m.mountpoint).starts_with(&dir))
         .collect();
     ours.sort_by_key(|m| std::cmp::Reverse(m.mountpoint.len()));
-    // The job's processes were ended by `kill_job`; a process outside it
-    // may still hold a mount (the owner's shell `cd`'d into it, a `tail
-    // -f` of a result). Ended too, but never root's: a root holder makes
-    // the unmount below fail and the step hold, naming it.
+    // The job's processes were ended by `kill_job`; the owner's outside
+    // it may still hold a mount (a shell `cd`'d into it, a `tail -f` of a
+    // result): ended too. Anyone else's (root's; a daemon the owner sent
+    // a descriptor to) makes the unmount below fail and the step hold,
+    // naming it.
     let points: Vec<PathBuf> = ours.iter().map(|m| PathBuf::from(&m.mountpoint)).collect();
-    let ended = end_user_holders(&points);
+    let ended = match owner_of(&dir) {
+        Some(uid) => end_owner_holders(&points, uid),
+        None => Vec::new(),
+    };
     let mut did = Vec::new();
     for m in &ours {
         let at = Path::new(&m.mountpoint);
@@ -240,6 +266,7 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
         ));
     }
     if let Ok(rd) = std::fs::read_dir(&dir) {
+        let _ = std::fs::remove_file(dir.join(OWNER));
         for e in rd.flatten() {
             let _ = std::fs::remove_dir(e.path());
         }
@@ -326,20 +353,18 @@ fn holders(points: &[PathBuf]) -> Vec<Holder> {
         .collect()
 }
 
-/// End (SIGKILL) every process but root's that holds something under
-/// `points`, each through a pidfd opened before it is looked at again (a
-/// reused PID is never hit), and wait for them (2 s at most; a process
-/// the kernel has not let go by then is named by the unmount's failure).
-/// Only the job's owner can reach inside the mounts (their roots are the
-/// owner's, 0700, and root is squashed on the server), so these are the
-/// owner's processes that outlived the job. Returns the ones ended.
-fn end_user_holders(points: &[PathBuf]) -> Vec<String> {
+/// End (SIGKILL) every process of `uid` (the job's owner) that holds
+/// something under `points`, each through a pidfd opened before it is
+/// looked at again (a reused PID is never hit), and wait for them (2 s at
+/// most; a process the kernel has not let go by then is named by the
+/// unmount's failure). Returns the ones ended.
+fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
     use std::os::fd::AsFd;
     use std::os::unix::fs::MetadataExt;
     let mut ended = Vec::new();
     let t = std::time::Instant::now();
     loop {
-        let left: Vec<Holder> = holders(points).into_iter().filter(|h| h.uid != 0).collect();
+        let left: Vec<Holder> = holders(points).into_iter().filter(|h| h.uid == uid).collect();
         if left.is_empty() || t.elapsed() > Duration::from_secs(2) {
             return ended;
         }
@@ -602,9 +627,15 @@ mod tests {
     }
 
     #[test]
-    fn a_users_process_still_holding_a_mount_is_ended_and_a_roots_holds_the_unmount() {
+    fn the_owners_process_still_holding_a_mount_is_ended_and_anyone_elses_holds_the_unmount() {
         use std::os::unix::process::ExitStatusExt;
         let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            d.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        make_lease_dir(d.path(), "L7", 61001).unwrap();
         let at = lease_dir(d.path(), "L7").join("da1-v1");
         let mut m = Held::mount(at.clone());
         // The owner's process outside the job: ended, then the mount goes.
@@ -619,17 +650,26 @@ mod tests {
         assert_eq!(mount_of(&at).unwrap(), None);
         drop(m);
 
-        // Root's process: left alone; the unmount fails (after its forced
-        // try) naming it, and the mount is still there.
+        // The directory and its owner record went with the last mount.
+        assert!(!lease_dir(d.path(), "L7").exists());
+
+        // Root's process and another user's (a daemon the owner handed a
+        // descriptor to): left alone; the unmount fails (after its forced
+        // try) naming both, and the mount is still there.
+        make_lease_dir(d.path(), "L7", 61001).unwrap();
         let mut m = Held::mount(at.clone());
-        let pid = m.hold_as(0);
+        let root = m.hold_as(0);
+        let other = m.hold_as(61002);
         let e = unmount_lease(d.path(), "L7").unwrap_err();
-        assert!(e.contains(&format!("held open by pid {pid} (sleep, uid 0)")), "{e}");
-        assert!(e.contains("never lazily"), "{e}");
+        assert!(e.contains(&format!("pid {root} (sleep, uid 0)")), "{e}");
+        assert!(e.contains(&format!("pid {other} (sleep, uid 61002)")), "{e}");
+        assert!(e.contains("never lazily") && e.contains("held open by"), "{e}");
         assert!(mount_of(&at).unwrap().is_some());
-        assert!(m.children[0].try_wait().unwrap().is_none(), "root's process was ended");
-        m.children[0].kill().unwrap();
-        m.children[0].wait().unwrap();
+        for c in &mut m.children {
+            assert!(c.try_wait().unwrap().is_none(), "a process not the owner's was ended");
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
         assert!(unmount_lease(d.path(), "L7").unwrap().starts_with("unmounted "));
         assert_eq!(mount_of(&at).unwrap(), None);
     }
