@@ -57,6 +57,15 @@ fn record_time(lines: &str) {
     }
 }
 
+/// The guest's step times and the job's log, for the test's output.
+fn show_times(what: &str, out: &str) {
+    let times: Vec<&str> = out
+        .lines()
+        .filter(|l| l.starts_with("SITE-TIME ") || l.starts_with("SITE-LOG "))
+        .collect();
+    eprintln!("{what} (s):\n{}", times.join("\n"));
+}
+
 fn script(name: &str) -> PathBuf {
     workspace_root().join("integration/vm/site").join(name)
 }
@@ -455,14 +464,7 @@ fn a_site_vm_has_its_nvme_hugepages_and_memlock_runs_jobs_under_systemd_on_cgrou
             "after-umount-and-wipefs-recover-completes-and-the-held-job-runs",
         ],
     );
-    let times: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("SITE-TIME ") || l.starts_with("SITE-LOG "))
-        .collect();
-    eprintln!(
-        "physical-mode lifecycle in the guest (s):\n{}",
-        times.join("\n")
-    );
+    show_times("physical-mode lifecycle in the guest", &out);
     let mut want = vec!["cgroup-mode-v2"];
     want.extend(RUNNER_CHECKS);
     vm.checks(300, "SITE_CGROUP=v2 sh /gpuq/systemd-runner.sh", &want);
@@ -516,14 +518,7 @@ fn a_cgroup_v1_only_site_vm_runs_jobs_an_inst_job_with_daos_exec_and_stor_nfsrdm
             "stor-nfsrdma-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty",
         ],
     );
-    let times: Vec<&str> = out
-        .lines()
-        .filter(|l| l.starts_with("SITE-TIME ") || l.starts_with("SITE-LOG "))
-        .collect();
-    eprintln!(
-        "--inst and --stor nfsrdma in the cgroup-v1 guest (s):\n{}",
-        times.join("\n")
-    );
+    show_times("--inst and --stor nfsrdma in the cgroup-v1 guest", &out);
     let mut want = vec!["cgroup-mode-v1"];
     want.extend(RUNNER_CHECKS);
     vm.checks(300, "SITE_CGROUP=v1 sh /gpuq/systemd-runner.sh", &want);
