@@ -51,7 +51,10 @@ fn within(secs: u32, program: impl AsRef<std::ffi::OsStr>) -> Command {
 fn record_time(lines: &str) {
     use std::io::Write;
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("site-vm-times.txt");
-    let f = std::fs::OpenOptions::new().create(true).append(true).open(&path);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path);
     if let Ok(mut f) = f {
         let _ = f.write_all(lines.as_bytes());
     }

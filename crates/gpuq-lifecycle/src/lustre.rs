@@ -170,10 +170,7 @@ impl Plan {
         ];
         match target.role {
             Role::MgsMdt => a.extend(["--mgs".to_string(), "--mdt".to_string()]),
-            Role::Ost => a.extend([
-                "--ost".to_string(),
-                format!("--mgsnode={}", self.mgs_nid),
-            ]),
+            Role::Ost => a.extend(["--ost".to_string(), format!("--mgsnode={}", self.mgs_nid)]),
         }
         a.extend([
             format!("--index={}", target.index),
@@ -200,14 +197,19 @@ mod tests {
 
     /// The site VM's layout: one namespace on da1–da3, two on da4.
     fn site() -> Vec<NodeNamespaces> {
-        [("da1", 11, 1), ("da2", 12, 1), ("da3", 13, 1), ("da4", 14, 2)]
-            .into_iter()
-            .map(|(n, a, k)| NodeNamespaces {
-                node: n.into(),
-                address: format!("10.200.0.{a}").parse().unwrap(),
-                namespaces: k,
-            })
-            .collect()
+        [
+            ("da1", 11, 1),
+            ("da2", 12, 1),
+            ("da3", 13, 1),
+            ("da4", 14, 2),
+        ]
+        .into_iter()
+        .map(|(n, a, k)| NodeNamespaces {
+            node: n.into(),
+            address: format!("10.200.0.{a}").parse().unwrap(),
+            namespaces: k,
+        })
+        .collect()
     }
 
     #[test]
@@ -217,7 +219,15 @@ mod tests {
         let got: Vec<(&str, usize, Role, u32, &str)> = p
             .targets
             .iter()
-            .map(|t| (t.node.as_str(), t.namespace, t.role, t.index, t.label.as_str()))
+            .map(|t| {
+                (
+                    t.node.as_str(),
+                    t.namespace,
+                    t.role,
+                    t.index,
+                    t.label.as_str(),
+                )
+            })
             .collect();
         let f = &p.fsname;
         assert_eq!(
@@ -266,7 +276,10 @@ mod tests {
             ]
         );
         for t in &p.targets {
-            assert!(!p.mkfs_args(t, "/dev/x").iter().any(|a| a.contains("reformat")));
+            assert!(!p
+                .mkfs_args(t, "/dev/x")
+                .iter()
+                .any(|a| a.contains("reformat")));
         }
     }
 
@@ -274,7 +287,10 @@ mod tests {
     fn a_layout_without_room_for_the_mdt_or_an_ost_is_refused_naming_the_node() {
         let e = plan("L-1", "da1", &site(), Lnet::Tcp).unwrap_err();
         assert_eq!(e, PlanError::MdsNeedsTwo("da1".into(), 1));
-        assert!(e.to_string().contains("allowlist a second namespace"), "{e}");
+        assert!(
+            e.to_string().contains("allowlist a second namespace"),
+            "{e}"
+        );
         assert_eq!(
             plan("L-1", "da9", &site(), Lnet::Tcp).unwrap_err(),
             PlanError::UnknownMdsNode("da9".into())

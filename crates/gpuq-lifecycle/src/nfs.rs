@@ -346,7 +346,13 @@ fn holders(points: &[PathBuf]) -> Vec<Holder> {
                 comm: comm
                     .trim_end()
                     .chars()
-                    .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+                    .map(|c| {
+                        if c.is_ascii_graphic() || c == ' ' {
+                            c
+                        } else {
+                            '?'
+                        }
+                    })
                     .collect(),
             })
         })
@@ -364,7 +370,10 @@ fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
     let mut ended = Vec::new();
     let t = std::time::Instant::now();
     loop {
-        let left: Vec<Holder> = holders(points).into_iter().filter(|h| h.uid == uid).collect();
+        let left: Vec<Holder> = holders(points)
+            .into_iter()
+            .filter(|h| h.uid == uid)
+            .collect();
         if left.is_empty() || t.elapsed() > Duration::from_secs(2) {
             return ended;
         }
@@ -372,7 +381,8 @@ fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
             let Ok(fd) = gpuq_sys::proc::pidfd_open(h.pid) else {
                 continue;
             };
-            let same = std::fs::metadata(format!("/proc/{}", h.pid)).is_ok_and(|m| m.uid() == h.uid)
+            let same = std::fs::metadata(format!("/proc/{}", h.pid))
+                .is_ok_and(|m| m.uid() == h.uid)
                 && holds(h.pid, points);
             if same && gpuq_sys::proc::pidfd_kill(fd.as_fd()).is_ok() {
                 let said = h.to_string();
@@ -607,7 +617,10 @@ mod tests {
                 .is_ok_and(|c| c.trim_end() == "sleep")
                 && holds(pid, std::slice::from_ref(&self.at)))
             {
-                assert!(t.elapsed() < Duration::from_secs(5), "child {pid} never held the mount");
+                assert!(
+                    t.elapsed() < Duration::from_secs(5),
+                    "child {pid} never held the mount"
+                );
                 std::thread::sleep(Duration::from_millis(10));
             }
             pid
@@ -642,7 +655,9 @@ mod tests {
         let pid = m.hold_as(61001);
         let said = unmount_lease(d.path(), "L7").unwrap();
         assert!(
-            said.contains(&format!("ended what still held them: pid {pid} (sleep, uid 61001)")),
+            said.contains(&format!(
+                "ended what still held them: pid {pid} (sleep, uid 61001)"
+            )),
             "{said}"
         );
         let st = m.children[0].wait().unwrap();
@@ -662,15 +677,26 @@ mod tests {
         let other = m.hold_as(61002);
         let e = unmount_lease(d.path(), "L7").unwrap_err();
         assert!(e.contains(&format!("pid {root} (sleep, uid 0)")), "{e}");
-        assert!(e.contains(&format!("pid {other} (sleep, uid 61002)")), "{e}");
-        assert!(e.contains("never lazily") && e.contains("held open by"), "{e}");
+        assert!(
+            e.contains(&format!("pid {other} (sleep, uid 61002)")),
+            "{e}"
+        );
+        assert!(
+            e.contains("never lazily") && e.contains("held open by"),
+            "{e}"
+        );
         assert!(mount_of(&at).unwrap().is_some());
         for c in &mut m.children {
-            assert!(c.try_wait().unwrap().is_none(), "a process not the owner's was ended");
+            assert!(
+                c.try_wait().unwrap().is_none(),
+                "a process not the owner's was ended"
+            );
             c.kill().unwrap();
             c.wait().unwrap();
         }
-        assert!(unmount_lease(d.path(), "L7").unwrap().starts_with("unmounted "));
+        assert!(unmount_lease(d.path(), "L7")
+            .unwrap()
+            .starts_with("unmounted "));
         assert_eq!(mount_of(&at).unwrap(), None);
     }
 
