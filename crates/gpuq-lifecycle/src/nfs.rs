@@ -208,8 +208,8 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
     // naming it.
     let points: Vec<PathBuf> = ours.iter().map(|m| PathBuf::from(&m.mountpoint)).collect();
     let ended = match owner_of(&dir) {
-        Some(uid) => end_owner_holders(&points, uid),
-        None => Vec::new(),
+        Some(uid) if !points.is_empty() => end_owner_holders(&points, uid),
+        _ => Vec::new(),
     };
     let mut did = Vec::new();
     for m in &ours {
