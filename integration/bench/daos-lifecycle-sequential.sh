@@ -76,6 +76,7 @@ control_metadata:
   path: $t/control_meta
 disable_vfio: true
 fault_path: /$1
+system_ram_reserved: 2
 disable_hugepages: true
 engines:
 - targets: 1
@@ -84,11 +85,15 @@ engines:
   storage:
   - class: ram
     scm_mount: /mnt/daos
-    scm_size: 1
+    scm_size: 4
   - class: file
     bdev_list:
     - $t/bdev0
     bdev_size: 1
+    bdev_roles:
+    - wal
+    - meta
+    - data
 YML
 }
 # As gpuq-broker writes them for the admin and agent containers.

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     pub allow_thp: bool,
     #[serde(default)]
     pub nr_hugepages: Option<i64>,
+    /// GiB; absent: the version's default (crate::checks).
+    #[serde(default)]
+    pub system_ram_reserved: Option<i64>,
     /// Real DAOS key: the fault domain of this host (default `/<hostname>`).
     #[serde(default)]
     pub fault_path: Option<String>,
@@ -298,8 +301,11 @@ impl ServerConfig {
         Ok(cfg)
     }
 
-    /// The checks DAOS makes after parsing that matter to gpuq.
+    /// The checks DAOS makes after parsing (crate::checks, for the version
+    /// the simulator plays), then the simulator's own limits.
     pub fn validate(&self) -> Result<(), String> {
+        let v = crate::checks::Version::from_env()?;
+        crate::checks::validate_server(self, v)?;
         if self.mgmt_svc_replicas.is_some() && self.access_points.is_some() {
             return Err("mgmt_svc_replicas and access_points are both set; \
                         access_points is deprecated, use only mgmt_svc_replicas"
@@ -456,7 +462,7 @@ engines:
     fabric_iface_port: 31416
     storage:
       - {class: ram, scm_mount: /mnt/daos, scm_size: 16}
-      - {class: file, bdev_list: [/tmp/x/bdev0], bdev_size: 16}
+      - {class: file, bdev_list: [/tmp/x/bdev0], bdev_size: 16, bdev_roles: [wal, meta, data]}
 ";
 
     fn parse(text: &str) -> Result<ServerConfig, String> {
@@ -471,6 +477,69 @@ engines:
         assert_eq!(c.replicas(), ["da1", "da2", "da3"]);
         assert!(c.transport_config.allow_insecure);
         assert_eq!(c.metadata_path().unwrap(), Path::new("/tmp/x/control_meta"));
+    }
+
+    /// DAOS 2.6.4–2.8.0 refused the template daos.md had before 2026-12-07
+    /// (and every render gpuq made from it): control_metadata.path without
+    /// MD-on-SSD roles.
+    #[test]
+    fn control_metadata_without_bdev_roles_is_refused_like_daos() {
+        let e = parse(&GOOD.replace(", bdev_roles: [wal, meta, data]", "")).unwrap_err();
+        assert_eq!(
+            e,
+            "I/O Engine 0 failed config validation: storage: code = 317 description = \"using 'control_metadata.path' requires MD-on-SSD roles\""
+        );
+        let e = parse(&GOOD.replace("control_metadata: {path: /tmp/x/control_meta}\n", ""))
+            .unwrap_err();
+        assert!(e.contains("code = 318"), "{e}");
+        let e = parse(&GOOD.replace("[wal, meta, data]", "[wal, data]")).unwrap_err();
+        assert!(e.contains("code = 319"), "{e}");
+        let e = parse(&GOOD.replace("scm_size: 16", "scm_size: 1")).unwrap_err();
+        assert!(
+            e.ends_with("code = 730 description = \"configured ram-disk size 1.0 GiB is lower than the minimum (4.0 GiB) required for SCM\""),
+            "{e}"
+        );
+        let e = parse(&format!("{GOOD}system_ram_reserved: 0\n")).unwrap_err();
+        assert!(e.contains("code = 734"), "{e}");
+    }
+
+    #[test]
+    fn memory_must_hold_hugepages_reservation_and_ram_disk() {
+        use crate::checks::{check_memory, MemInfo, Version};
+        let mem = MemInfo {
+            mem_total: 24 << 30,
+            hugepage_size: 2 << 20,
+        };
+        let c = parse(GOOD).unwrap();
+        // 2.8 keeps 64 GiB for the system by default: a 24 GiB host fails.
+        let e = check_memory(&c, Version::V2_8, mem).unwrap_err();
+        assert!(
+            e.contains("insufficient ram to meet minimum requirements"),
+            "{e}"
+        );
+        // 2.6's 16 GiB + 5 GiB of hugepages (4 targets + 1) + 1 GiB leaves
+        // 2 GiB, under the 4 GiB minimum ram-disk.
+        let e = check_memory(&c, Version::V2_6, mem).unwrap_err();
+        assert!(e.starts_with("storage: code = 214"), "{e}");
+        // A reservation that fits, but a ram-disk larger than what is left.
+        let fits = parse(&format!("{GOOD}system_ram_reserved: 4\n")).unwrap();
+        let e = check_memory(&fits, Version::V2_8, mem).unwrap_err();
+        assert!(e.contains("code = 731"), "{e}");
+        let ok = parse(
+            &format!("{GOOD}system_ram_reserved: 2\n").replace("scm_size: 16", "scm_size: 4"),
+        )
+        .unwrap();
+        assert_eq!(check_memory(&ok, Version::V2_8, mem), Ok(2560));
+        // Test mode: no hugepages beside file bdevs is 2.8's rule; 2.6
+        // refuses it beside any bdev.
+        let nohuge = parse(
+            &format!("{GOOD}system_ram_reserved: 2\ndisable_hugepages: true\n")
+                .replace("scm_size: 16", "scm_size: 4"),
+        )
+        .unwrap();
+        assert_eq!(check_memory(&nohuge, Version::V2_8, mem), Ok(0));
+        let e = check_memory(&nohuge, Version::V2_6, mem).unwrap_err();
+        assert!(e.contains("code = 726"), "{e}");
     }
 
     #[test]

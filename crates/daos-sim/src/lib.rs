@@ -17,6 +17,7 @@
 //! JSON shapes), [`faults`] (fault switches for tests).
 
 pub mod agent;
+pub mod checks;
 pub mod config;
 pub mod dmg;
 pub mod error;

@@ -946,9 +946,23 @@ impl Server {
         }
         let tgt_ranks: Vec<u32> = joined[..k].to_vec();
         let svc_reps: Vec<u32> = tgt_ranks[..r].to_vec();
-        // DAOS's default tier ratio: 6 % SCM, the rest NVMe; per rank.
-        let scm = size * 6 / 100;
-        let tier_bytes = vec![scm / k as u64, (size - scm) / k as u64];
+        // DAOS's default tier ratio (6 % SCM, the rest NVMe) per rank, and
+        // its minimums per target (crate::checks::pool_minimums); a
+        // member's targets are in its fabric contexts (targets * 4 + 1).
+        let targets = db
+            .members
+            .iter()
+            .filter(|m| tgt_ranks.contains(&m.rank))
+            .map(|m| u64::from(m.fabric_contexts.saturating_sub(1) / 4).max(1))
+            .max()
+            .unwrap_or(1);
+        let tier_bytes = crate::checks::pool_minimums(size, k as u64, targets)
+            .map_err(|e| SimError::remote(format!("pool create failed: {e}"), DER_MISC))?
+            .to_vec();
+        let md_on_ssd = self.cfg.engines[0]
+            .storage
+            .iter()
+            .any(|t| t.bdev_roles.iter().any(|r| r == "meta"));
         let pool = Pool {
             uuid: new_uuid(),
             label,
@@ -963,8 +977,10 @@ impl Server {
             svc_reps,
             tgt_ranks,
             tier_bytes,
-            mem_file_bytes: 0,
-            md_on_ssd_active: false,
+            // MD-on-SSD: the memory file is the SCM share (DAOS's default
+            // mem ratio, 100 %).
+            mem_file_bytes: if md_on_ssd { pool.tier_bytes[0] } else { 0 },
+            md_on_ssd_active: md_on_ssd,
         };
         let n = db.pools.len() as u64;
         if n >= layout::MAX_POOLS {
@@ -1318,6 +1334,17 @@ fn is_self(addr: SocketAddr, port: u16) -> bool {
 /// `daos_server start -o CONFIG`. Returns the exit code.
 pub fn run(config_path: &Path) -> Result<i32, SimError> {
     let cfg = ServerConfig::load(config_path)?;
+    // DAOS sizes hugepages and the ram-disk from this host's RAM before it
+    // starts anything (crate::checks::check_memory).
+    let version = crate::checks::Version::from_env().map_err(SimError::Usage)?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| SimError::io("read /proc/meminfo", e))?;
+    let mem = crate::checks::MemInfo::parse(&meminfo)
+        .ok_or_else(|| SimError::Usage("/proc/meminfo: no MemTotal or Hugepagesize".into()))?;
+    crate::checks::check_memory(&cfg, version, mem).map_err(|msg| SimError::Config {
+        path: config_path.to_path_buf(),
+        msg,
+    })?;
     let md = cfg.metadata_path().unwrap_or_default();
     let replicas = cfg.replicas();
     let ms_addr = resolve(&replicas[0], cfg.port)?;

@@ -157,9 +157,9 @@ async fn image_loads_and_runs_a_simulated_server_by_full_id() {
         format!(
             "name: daos_server\nport: {port}\nmgmt_svc_replicas: ['127.0.0.1:{port}']\nprovider: ofi+tcp\n\
              transport_config: {{allow_insecure: true}}\ncontrol_metadata: {{path: /cfg/control_meta}}\n\
-             disable_vfio: true\nfault_path: /da1\nengines:\n  - targets: 4\n    fabric_iface: lo\n    storage:\n\
-             \x20     - {{class: ram, scm_mount: /mnt/daos, scm_size: 16}}\n\
-             \x20     - {{class: file, bdev_list: [/cfg/bdev0], bdev_size: 1}}\n"
+             disable_vfio: true\ndisable_hugepages: true\nsystem_ram_reserved: 2\nfault_path: /da1\nengines:\n  - targets: 4\n    fabric_iface: lo\n    storage:\n\
+             \x20     - {{class: ram, scm_mount: /mnt/daos, scm_size: 4}}\n\
+             \x20     - {{class: file, bdev_list: [/cfg/bdev0], bdev_size: 1, bdev_roles: [wal, meta, data]}}\n"
         ),
     )
     .unwrap();

@@ -230,6 +230,25 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
     let (v, code) = c.dmg(&["pool", "create", "tank", "--size=1G"]);
     assert_eq!(code, 1);
     assert_eq!(v["status"], -1004, "{v}");
+    // Under DAOS's minimums per target (mgmt_pool.go; 4 ranks of 4
+    // targets: 64 MiB of SCM and 4 GiB of NVMe per rank), refused with
+    // DAOS's fault.
+    let (v, code) = c.dmg(&["pool", "create", "small", "--size=1G"]);
+    assert_eq!(code, 1, "{v}");
+    let e = v["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("server: code = 604 description = \"requested SCM capacity is too small (min 16 MiB per target)\""),
+        "{v}"
+    );
+    let (v, code) = c.dmg(&["pool", "create", "small", "--size=8G"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("code = 605"),
+        "{v}"
+    );
 
     // daos container create through a daos_agent socket dir.
     let agent_dir = c.tmp.path().join("agent");
@@ -462,7 +481,7 @@ fn restart_with_old_metadata_rejoins_under_old_rank_and_refuses_format() {
     let (v, code) = c.dmg(&["storage", "format"]);
     format_ok(&v, code);
     let before = c.wait_all_joined(4);
-    let (v, _) = c.dmg(&["pool", "create", "old-job-pool", "--size=4G"]);
+    let (v, _) = c.dmg(&["pool", "create", "old-job-pool", "--size=25G"]);
     assert_eq!(v["status"], 0, "{v}");
 
     // SIGTERM a non-MS server: the MS marks it stopped.
@@ -518,7 +537,7 @@ fn restart_with_old_metadata_rejoins_under_old_rank_and_refuses_format() {
     assert!(v["response"]["HostStorage"].as_object().unwrap().is_empty());
 
     // The previous job's pool came back.
-    let (v, code) = c.dmg(&["pool", "create", "old-job-pool", "--size=4G"]);
+    let (v, code) = c.dmg(&["pool", "create", "old-job-pool", "--size=25G"]);
     assert_eq!((code, v["status"].as_i64()), (1, Some(-1004)), "{v}");
 }
 

@@ -139,7 +139,7 @@ fn mutual_tls_serves_the_lease_admin_and_refuses_every_other_client() {
     assert_eq!(joined(&c), 4);
 
     // The agent (agent certificate) sends its clients' container create.
-    let (v, code) = c.dmg(&["pool", "create", "tank", "--size=1G"]);
+    let (v, code) = c.dmg(&["pool", "create", "tank", "--size=25G"]);
     assert_eq!(code, 0, "{v}");
     let agent_dir = c.tmp.path().join("agent");
     let agent_yml = c.tmp.path().join("daos_agent.yml");

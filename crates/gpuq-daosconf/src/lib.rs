@@ -33,6 +33,21 @@
 //! system instead of waiting for a format (daos.md "Why a fresh metadata
 //! path per job").
 //!
+//! DAOS's own validation (`daos_server start`, before it touches hardware)
+//! is what a render must pass, for each version (docs/daos-facts.md, "What
+//! DAOS checks before it starts"):
+//! - with `control_metadata.path` set, DAOS runs MD-on-SSD and refuses a
+//!   bdev tier without `bdev_roles` (server/storage/config.go,
+//!   `Config.Validate`, code 317): one bdev tier carries all three roles,
+//!   `[wal, meta, data]`, the co-located layout DAOS allows;
+//! - a `class: ram` SCM tier of under 4 GiB is refused (storage/scm.go
+//!   `MinRamdiskMem`, code 730);
+//! - the host's RAM must hold the hugepages, each engine's reservation,
+//!   the ram-disk and `system_ram_reserved` (2.6: 16 GiB, 2.8: 64 GiB by
+//!   default; config/server.go `SetRamdiskSize`, codes 214 and 731):
+//!   [`MemoryPlan`] sizes the reservation from the node's real memory and
+//!   refuses a node that is too small, in one line.
+//!
 //! The crate is pure: `render` returns the text, the caller writes the file.
 
 use serde::Serialize;
@@ -59,6 +74,136 @@ impl DaosVersion {
             (Some(Ok(2)), Some(Ok(8)), _) => Ok(DaosVersion::V2_8),
             _ => Err(RenderError::Version(s.to_string())),
         }
+    }
+}
+
+impl DaosVersion {
+    /// `system_ram_reserved` when a config leaves it out
+    /// (server/storage/scm.go `DefaultSysMemRsvd`: 16 GiB in 2.6, 64 GiB
+    /// in 2.8).
+    pub fn default_system_ram_reserved_gib(self) -> u64 {
+        match self {
+            DaosVersion::V2_6 | DaosVersion::V2_6_5 => 16,
+            DaosVersion::V2_8 => 64,
+        }
+    }
+}
+
+const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+
+impl DaosVersion {
+    /// Whether DAOS starts with `disable_hugepages: true` beside these
+    /// engines' bdevs (server/config/server.go `SetNrHugepages`, code 726):
+    /// 2.6 refuses it beside any bdev, 2.8 beside real NVMe only.
+    pub fn may_disable_hugepages(self, engines: &[Engine]) -> bool {
+        match self {
+            DaosVersion::V2_6 | DaosVersion::V2_6_5 => false,
+            DaosVersion::V2_8 => engines.iter().all(|e| matches!(e.bdev, Bdev::File { .. })),
+        }
+    }
+}
+
+/// The smallest `class: ram` SCM tier DAOS starts with, GiB
+/// (server/storage/scm.go `MinRamdiskMem`).
+pub const MIN_RAMDISK_GIB: u32 = 4;
+
+/// The least host RAM gpuq leaves to the system (the OS, Podman, sshd,
+/// the node helper) when it lowers DAOS's default reservation to fit a
+/// node, GiB. DAOS itself only refuses zero (code 734).
+pub const MIN_SYSTEM_RAM_RESERVED_GIB: u64 = 2;
+
+/// What `/proc/meminfo` says of a node, as DAOS reads it
+/// (common.SysMemInfo: `MemTotal`, `Hugepagesize`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemInfo {
+    pub mem_total_kib: u64,
+    pub hugepage_size_kib: u64,
+}
+
+impl MemInfo {
+    /// From the text of `/proc/meminfo`.
+    pub fn parse(text: &str) -> Result<Self, RenderError> {
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().strip_suffix("kB"))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        match (field("MemTotal"), field("Hugepagesize")) {
+            (Some(mem_total_kib), Some(hugepage_size_kib))
+                if mem_total_kib > 0 && hugepage_size_kib > 0 =>
+            {
+                Ok(MemInfo {
+                    mem_total_kib,
+                    hugepage_size_kib,
+                })
+            }
+            _ => Err(RenderError::Shape(
+                "/proc/meminfo has no MemTotal or Hugepagesize line in kB".into(),
+            )),
+        }
+    }
+}
+
+/// How a node's RAM is shared between DAOS and the rest of the host, as
+/// DAOS computes it at start (server/config/server.go `SetNrHugepages`,
+/// `SetRamdiskSize`; server/storage/scm.go `CalcRamdiskSize`;
+/// server/storage/bdev.go `CalcMinHugepages`), for one engine in
+/// MD-on-SSD mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The hugepages DAOS sets aside (its own minimum: 1 GiB per target
+    /// plus one for the MD-on-SSD system xstream); 0 with hugepages off.
+    pub nr_hugepages: u64,
+    /// What the render writes as `system_ram_reserved`, GiB: DAOS's
+    /// default for the version, lowered to what the node has left.
+    pub system_ram_reserved_gib: u64,
+}
+
+impl MemoryPlan {
+    /// Fits one engine of `targets` targets and a `scm_size_gib` ram-disk
+    /// on a node with `mem`; `hugepages`: false in test mode
+    /// (`disable_hugepages: true`). Refuses, naming every figure, when the
+    /// node cannot also keep [`MIN_SYSTEM_RAM_RESERVED_GIB`] for itself.
+    pub fn fit(
+        version: DaosVersion,
+        mem: MemInfo,
+        targets: u32,
+        scm_size_gib: u32,
+        hugepages: bool,
+    ) -> Result<Self, RenderError> {
+        if targets == 0 {
+            return Err(RenderError::Shape("targets must be positive".into()));
+        }
+        let hp_bytes = mem.hugepage_size_kib * 1024;
+        // MD-on-SSD adds one system xstream to the hugepage count.
+        let nr_hugepages = if hugepages {
+            (u64::from(targets) + 1) * GIB / hp_bytes
+        } else {
+            0
+        };
+        let huge = nr_hugepages * hp_bytes;
+        let engine = (u64::from(targets) * 128 * MIB).max(GIB);
+        let scm = u64::from(scm_size_gib) * GIB;
+        let total = mem.mem_total_kib * 1024;
+        let left_gib = total.saturating_sub(huge + engine + scm) / GIB;
+        let reserved = left_gib.min(version.default_system_ram_reserved_gib());
+        if reserved < MIN_SYSTEM_RAM_RESERVED_GIB {
+            return Err(RenderError::Memory(format!(
+                "the node has {} MiB of RAM; DAOS needs {} MiB of hugepages + {} MiB for its engine + the {} GiB ram-disk (scm_size_gib), and gpuq leaves at least {} GiB to the system: lower scm_size_gib (DAOS's minimum is {}) or targets in the profile, or give the node more memory",
+                total / MIB,
+                huge / MIB,
+                engine / MIB,
+                scm_size_gib,
+                MIN_SYSTEM_RAM_RESERVED_GIB,
+                MIN_RAMDISK_GIB,
+            )));
+        }
+        Ok(MemoryPlan {
+            nr_hugepages,
+            system_ram_reserved_gib: reserved,
+        })
     }
 }
 
@@ -97,6 +242,8 @@ pub struct ServerConfig {
     pub disable_hugepages: bool,
     /// Only where the host cannot set THP to `[never]`.
     pub allow_thp: bool,
+    /// `system_ram_reserved`, GiB: from a [`MemoryPlan`] of the node.
+    pub system_ram_reserved_gib: u64,
     /// The server's fault domain, e.g. `/da1`. DAOS derives it from the
     /// hostname when absent; set it where hosts share one hostname.
     pub fault_path: Option<String>,
@@ -189,6 +336,9 @@ pub enum RenderError {
     },
     #[error("{0}")]
     Shape(String),
+    /// The node's RAM cannot hold what DAOS needs (one line, with figures).
+    #[error("{0}")]
+    Memory(String),
     /// The serialiser refused a document (a bug here: the documents are
     /// plain structs of strings, numbers and lists).
     #[error("serialising the YAML failed: {0}")]
@@ -286,6 +436,18 @@ impl ServerConfig {
         if self.engines.is_empty() {
             return Err(RenderError::Shape("no engines".into()));
         }
+        if self.system_ram_reserved_gib == 0 {
+            // server/config/server.go Validate, code 734.
+            return Err(RenderError::Shape(
+                "system_ram_reserved must be positive (DAOS refuses zero)".into(),
+            ));
+        }
+        if self.disable_hugepages && !self.version.may_disable_hugepages(&self.engines) {
+            // server/config/server.go SetNrHugepages, code 726.
+            return Err(RenderError::Shape(
+                "disable_hugepages beside these bdevs: DAOS refuses it (2.6: beside any bdev; 2.8: beside nvme)".into(),
+            ));
+        }
         if self.allow_thp && self.version == DaosVersion::V2_6 {
             return Err(RenderError::Shape(
                 "allow_thp is not a key before DAOS 2.6.5 (the strict parser would refuse the file)".into(),
@@ -299,10 +461,15 @@ impl ServerConfig {
                 "use an interface name",
             )?;
             path("scm_mount", &e.scm_mount)?;
-            if e.targets == 0 || e.scm_size_gib == 0 {
-                return Err(RenderError::Shape(
-                    "targets and scm_size must be positive".into(),
-                ));
+            if e.targets == 0 {
+                return Err(RenderError::Shape("targets must be positive".into()));
+            }
+            if e.scm_size_gib < MIN_RAMDISK_GIB {
+                // server/storage/config.go ScmConfig.Validate, code 730.
+                return Err(RenderError::Shape(format!(
+                    "scm_size {} GiB is below DAOS's minimum ram-disk of {MIN_RAMDISK_GIB} GiB",
+                    e.scm_size_gib
+                )));
             }
             match &e.bdev {
                 Bdev::Nvme { pci } => {
@@ -361,6 +528,7 @@ impl ServerConfig {
             },
             disable_vfio: true,
             fault_path: self.fault_path.as_deref(),
+            system_ram_reserved: self.system_ram_reserved_gib,
             disable_hugepages: self.disable_hugepages,
             allow_thp: self.allow_thp,
             engines: self.engines.iter().map(EngineYaml::from).collect(),
@@ -475,6 +643,8 @@ struct ServerYaml<'a> {
     disable_vfio: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     fault_path: Option<&'a str>,
+    /// GiB (config/server.go); in 2.6 and 2.8 alike.
+    system_ram_reserved: u64,
     #[serde(skip_serializing_if = "is_false")]
     disable_hugepages: bool,
     /// Before 2.6.5 not a key at all (validate refuses it there).
@@ -549,16 +719,25 @@ impl<'a> From<&'a Engine> for EngineYaml<'a> {
                     scm_size: e.scm_size_gib,
                 },
                 match &e.bdev {
-                    Bdev::Nvme { pci } => TierYaml::Nvme { bdev_list: pci },
+                    Bdev::Nvme { pci } => TierYaml::Nvme {
+                        bdev_list: pci,
+                        bdev_roles: ALL_ROLES,
+                    },
                     Bdev::File { paths, size_gib } => TierYaml::File {
                         bdev_list: paths,
                         bdev_size: *size_gib,
+                        bdev_roles: ALL_ROLES,
                     },
                 },
             ],
         }
     }
 }
+
+/// The MD-on-SSD roles of the one bdev tier: all three co-located, as
+/// DAOS allows (server/storage/config.go `validateBdevRoles`); without
+/// them a config with `control_metadata.path` is refused (code 317).
+const ALL_ROLES: [&str; 3] = ["wal", "meta", "data"];
 
 /// One `storage` tier; `class` is written first, as the tag.
 #[derive(Serialize)]
@@ -570,10 +749,12 @@ enum TierYaml<'a> {
     },
     Nvme {
         bdev_list: &'a [String],
+        bdev_roles: [&'static str; 3],
     },
     File {
         bdev_list: &'a [String],
         bdev_size: u32,
+        bdev_roles: [&'static str; 3],
     },
 }
 
@@ -632,6 +813,7 @@ mod tests {
             }],
             disable_hugepages: false,
             allow_thp: false,
+            system_ram_reserved_gib: 16,
             fault_path: None,
             cert_dir: None,
         }
@@ -677,10 +859,12 @@ mod tests {
                 "transport_config",
                 "control_metadata",
                 "disable_vfio",
+                "system_ram_reserved",
                 "engines"
             ],
             "{y}"
         );
+        assert_eq!(v["system_ram_reserved"], 16);
         assert_eq!(v["name"], "daos_server");
         assert_eq!(v["port"], 10001);
         assert_eq!(v["provider"], "ofi+tcp");
@@ -706,8 +890,13 @@ mod tests {
         assert_eq!(ram["scm_mount"], "/mnt/daos");
         assert_eq!(ram["scm_size"], 16);
 
-        // Every optional key, where it goes (2.6.5 knows allow_thp).
-        let mut all = cfg(DaosVersion::V2_6_5);
+        // Every optional key, where it goes (2.8 knows allow_thp, and
+        // takes disable_hugepages beside file bdevs).
+        let mut all = cfg(DaosVersion::V2_8);
+        all.engines[0].bdev = Bdev::File {
+            paths: vec!["/var/lib/gpuqueue-daos-test/L42/bdev0".into()],
+            size_gib: 16,
+        };
         all.fault_path = Some("/da1".into());
         all.disable_hugepages = true;
         all.allow_thp = true;
@@ -717,12 +906,13 @@ mod tests {
             [
                 "name",
                 "port",
-                "access_points",
+                "mgmt_svc_replicas",
                 "provider",
                 "transport_config",
                 "control_metadata",
                 "disable_vfio",
                 "fault_path",
+                "system_ram_reserved",
                 "disable_hugepages",
                 "allow_thp",
                 "engines"
@@ -780,8 +970,9 @@ mod tests {
         let y = cfg(DaosVersion::V2_8).render().unwrap();
         let v = parse(&y);
         let nvme = &v["engines"][0]["storage"][1];
-        assert_eq!(keys(nvme), ["class", "bdev_list"], "{y}");
+        assert_eq!(keys(nvme), ["class", "bdev_list", "bdev_roles"], "{y}");
         assert_eq!(nvme["class"], "nvme");
+        assert_eq!(strings(&nvme["bdev_roles"]), ["wal", "meta", "data"]);
         assert_eq!(strings(&nvme["bdev_list"]), ["0000:5e:00.0"]);
         assert!(v.get("disable_hugepages").is_none(), "only when set: {y}");
         assert!(v.get("fault_path").is_none(), "only when set: {y}");
@@ -795,7 +986,12 @@ mod tests {
         let y = t.render().unwrap();
         let v = parse(&y);
         let file = &v["engines"][0]["storage"][1];
-        assert_eq!(keys(file), ["class", "bdev_list", "bdev_size"], "{y}");
+        assert_eq!(
+            keys(file),
+            ["class", "bdev_list", "bdev_size", "bdev_roles"],
+            "{y}"
+        );
+        assert_eq!(strings(&file["bdev_roles"]), ["wal", "meta", "data"]);
         assert_eq!(file["class"], "file");
         assert_eq!(
             strings(&file["bdev_list"]),
@@ -820,6 +1016,75 @@ mod tests {
         assert!(thp.render().is_err());
         thp.version = DaosVersion::V2_6_5;
         assert_eq!(parse(&thp.render().unwrap())["allow_thp"], true);
+        // Hugepages: 2.6 refuses disable_hugepages beside any bdev, 2.8
+        // beside nvme (code 726).
+        let mut huge = cfg(DaosVersion::V2_8);
+        huge.disable_hugepages = true;
+        assert!(huge.render().is_err(), "2.8, nvme");
+        huge.engines[0].bdev = Bdev::File {
+            paths: vec!["/x/bdev0".into()],
+            size_gib: 16,
+        };
+        assert!(huge.render().is_ok(), "2.8, file");
+        huge.version = DaosVersion::V2_6_5;
+        assert!(huge.render().is_err(), "2.6, file");
+    }
+
+    #[test]
+    fn refuses_a_ram_disk_under_daos_minimum_and_a_zero_reservation() {
+        let mut c = cfg(DaosVersion::V2_8);
+        c.engines[0].scm_size_gib = MIN_RAMDISK_GIB - 1;
+        let e = c.render().unwrap_err().to_string();
+        assert!(e.contains("below DAOS's minimum ram-disk of 4 GiB"), "{e}");
+        c.engines[0].scm_size_gib = MIN_RAMDISK_GIB;
+        assert!(c.render().is_ok());
+        c.system_ram_reserved_gib = 0;
+        assert!(c
+            .render()
+            .unwrap_err()
+            .to_string()
+            .contains("system_ram_reserved"));
+    }
+
+    const MEMINFO_24G: &str = "MemTotal:       24604636 kB\nMemFree:        22000000 kB\nHugePages_Total:       0\nHugepagesize:       2048 kB\n";
+
+    #[test]
+    fn meminfo_parses_what_daos_reads() {
+        let m = MemInfo::parse(MEMINFO_24G).unwrap();
+        assert_eq!(m.mem_total_kib, 24604636);
+        assert_eq!(m.hugepage_size_kib, 2048);
+        assert!(MemInfo::parse("MemFree: 1 kB\n").is_err());
+        assert!(MemInfo::parse("MemTotal: x kB\nHugepagesize: 2048 kB\n").is_err());
+    }
+
+    #[test]
+    fn memory_plan_lowers_the_reservation_to_fit_and_refuses_a_small_node() {
+        let m = MemInfo::parse(MEMINFO_24G).unwrap();
+        // Test mode (no hugepages), 1 target, 4 GiB ram-disk: 24604636 kB
+        // is 23.46 GiB; minus 1 GiB engine and 4 GiB SCM leaves 18.
+        let p = MemoryPlan::fit(DaosVersion::V2_8, m, 1, 4, false).unwrap();
+        assert_eq!(p.nr_hugepages, 0);
+        assert_eq!(p.system_ram_reserved_gib, 18, "2.8's 64 GiB lowered");
+        // 2.6's default of 16 fits as it is.
+        let p = MemoryPlan::fit(DaosVersion::V2_6, m, 1, 4, false).unwrap();
+        assert_eq!(p.system_ram_reserved_gib, 16);
+        // Physical mode: (4 targets + 1) GiB of 2 MiB pages.
+        let p = MemoryPlan::fit(DaosVersion::V2_8, m, 4, 4, true).unwrap();
+        assert_eq!(p.nr_hugepages, 2560);
+        assert_eq!(p.system_ram_reserved_gib, 13);
+        // A 6 GiB node cannot hold 2 GiB of hugepages, 1 GiB for the
+        // engine, a 4 GiB ram-disk and 2 GiB for itself.
+        let small = MemInfo {
+            mem_total_kib: 6 << 20,
+            hugepage_size_kib: 2048,
+        };
+        let e = MemoryPlan::fit(DaosVersion::V2_8, small, 1, 4, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the node has 6144 MiB of RAM"), "{e}");
+        assert!(e.contains("2048 MiB of hugepages"), "{e}");
+        assert!(e.contains("lower scm_size_gib"), "{e}");
+        assert!(MemoryPlan::fit(DaosVersion::V2_8, m, 0, 4, false).is_err());
     }
 
     #[test]

@@ -58,7 +58,8 @@ struct RawProfile {
     fabric_iface_port: u16,
     #[serde(default = "one")]
     targets: u32,
-    #[serde(default = "one")]
+    /// The `class: ram` SCM tier; DAOS refuses under 4 GiB.
+    #[serde(default = "min_ramdisk")]
     scm_size_gib: u32,
     #[serde(default = "one")]
     bdev_size_gib: u32,
@@ -86,6 +87,9 @@ fn default_iface() -> String {
 }
 fn default_fabric_port() -> u16 {
     31416
+}
+fn min_ramdisk() -> u32 {
+    gpuq_daosconf::MIN_RAMDISK_GIB
 }
 fn one() -> u32 {
     1
@@ -276,6 +280,23 @@ impl ServiceConfig {
             });
             if command.is_empty() {
                 return Err(invalid(key("command"), "must not be empty".into()));
+            }
+            if p.scm_size_gib < gpuq_daosconf::MIN_RAMDISK_GIB {
+                // DAOS: server/storage/config.go ScmConfig.Validate, code 730.
+                return Err(invalid(
+                    key("scm_size_gib"),
+                    format!(
+                        "{} GiB is below DAOS's minimum ram-disk ({} GiB): DAOS would refuse to start",
+                        p.scm_size_gib,
+                        gpuq_daosconf::MIN_RAMDISK_GIB
+                    ),
+                ));
+            }
+            if p.targets == 0 {
+                return Err(invalid(
+                    key("targets"),
+                    "expected at least one target".into(),
+                ));
             }
             if !(1..=3600).contains(&p.format_wait_secs) {
                 return Err(invalid(

@@ -31,7 +31,7 @@ use crate::dmg;
 use crate::procscan;
 use crate::profile::{Mode, Profile, ServiceConfig};
 use crate::wipeplan::{self, Plan};
-use gpuq_daosconf::{Bdev, Engine, ServerConfig};
+use gpuq_daosconf::{Bdev, Engine, MemInfo, MemoryPlan, ServerConfig};
 use gpuq_podman::{
     lease_labels, ContainerSpec, LabelFilter, Mount, MountKind, Namespace, Podman, Rlimit, Role,
     LABEL_LEASE, LABEL_ROLE,
@@ -67,6 +67,29 @@ pub enum NodeError {
     },
     #[error("{0}")]
     Failed(String),
+}
+
+/// This node's memory, as DAOS will read it at start, and what a lease of
+/// `profile` leaves to the system (gpuq_daosconf::MemoryPlan).
+fn node_memory_plan(profile: &Profile) -> Result<MemoryPlan, String> {
+    let text = std::fs::read_to_string("/proc/meminfo")
+        .map_err(|e| format!("reading /proc/meminfo: {e}"))?;
+    let mem = MemInfo::parse(&text).map_err(|e| e.to_string())?;
+    MemoryPlan::fit(
+        profile.daos_version,
+        mem,
+        profile.targets,
+        profile.scm_size_gib,
+        hugepages(profile),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Whether the lease's server uses hugepages: always in physical mode;
+/// in test mode (file bdevs) only where DAOS refuses to go without them
+/// (2.6: `disable_hugepages` beside any bdev is code 726).
+fn hugepages(profile: &Profile) -> bool {
+    profile.mode == Mode::Physical || profile.daos_version != gpuq_daosconf::DaosVersion::V2_8
 }
 
 pub(crate) fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> NodeError {
@@ -533,6 +556,16 @@ impl<P: Podman> NodeService<P> {
                 "lease {lease}: dmg access needs the lease's TLS certificates in the same request"
             )));
         }
+        // DAOS sizes its ram-disk and hugepages from this node's RAM and
+        // refuses to start when they do not fit beside its reservation
+        // (docs/daos-facts.md): fit the reservation to the node now, or
+        // refuse before anything is written.
+        let memory = node_memory_plan(&profile).map_err(|e| {
+            NodeError::Refused(format!(
+                "lease {lease}: profile '{}' does not fit this node's memory: {e}",
+                profile.name
+            ))
+        })?;
         let (pre, ours, devices) = self
             .check(&PreflightRequest {
                 lease: lease.to_string(),
@@ -623,8 +656,9 @@ impl<P: Podman> NodeService<P> {
                 scm_size_gib: profile.scm_size_gib,
                 bdev,
             }],
-            disable_hugepages: profile.mode == Mode::Test,
+            disable_hugepages: !hugepages(&profile),
             allow_thp: false,
+            system_ram_reserved_gib: memory.system_ram_reserved_gib,
             // One fault domain per node, named after it: the test cluster's
             // nodes share one hostname, and a site's names are clearer anyway.
             fault_path: Some(format!("/{}", self.node_name())),

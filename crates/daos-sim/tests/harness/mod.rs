@@ -63,14 +63,15 @@ control_metadata: {{path: {md}}}
 control_log_file: {log}
 disable_vfio: true
 disable_hugepages: true
+system_ram_reserved: 2
 fault_path: /da{n}
 engines:
   - targets: 4
     fabric_iface: lo
     fabric_iface_port: {fport}
     storage:
-      - {{class: ram, scm_mount: /mnt/daos, scm_size: 16}}
-      - {{class: file, bdev_list: [{bdev}], bdev_size: 1}}
+      - {{class: ram, scm_mount: /mnt/daos, scm_size: 4}}
+      - {{class: file, bdev_list: [{bdev}], bdev_size: 1, bdev_roles: [wal, meta, data]}}
 ",
         md = md.display(),
         log = md.with_file_name("control.log").display(),

@@ -32,15 +32,15 @@ transport_config: {allow_insecure: true}
 control_metadata: {path: $W/md}
 control_log_file: $W/control.log
 disable_vfio: true
-disable_hugepages: true
+system_ram_reserved: 2
 fault_path: /da1
 engines:
-  - targets: 4
+  - targets: 1
     fabric_iface: lo
     fabric_iface_port: 31416
     storage:
-      - {class: ram, scm_mount: /mnt/daos, scm_size: 16}
-      - {class: nvme, bdev_list: [$1]}
+      - {class: ram, scm_mount: /mnt/daos, scm_size: 4}
+      - {class: nvme, bdev_list: [$1], bdev_roles: [wal, meta, data]}
 YML
   printf 'name: daos_server\nport: 10001\nhostlist: [127.0.0.1]\ntransport_config: {allow_insecure: true}\n' >"$W/control.yml"
   "$W/bin/daos_server" start -o "$W/server.yml" >"$W/server.log" 2>&1 &
