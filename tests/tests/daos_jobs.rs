@@ -450,7 +450,7 @@ fn the_second_users_job_sees_nothing_of_the_firsts_system() {
     let job = |who: &str| {
         format!(
             "d={dmg}; $d dmg -o \"$DAOS_CONTROL_CONFIG\" -j system query > query.json; \
-             $d dmg -o \"$DAOS_CONTROL_CONFIG\" -j pool create shared --size=1G > pool.json; \
+             $d dmg -o \"$DAOS_CONTROL_CONFIG\" -j pool create shared --size=5G > pool.json; \
              $d daos -j container create shared c-{who} --type=POSIX > cont.json; \
              echo secret-of-{who} > mine",
             dmg = dmg_on_host()

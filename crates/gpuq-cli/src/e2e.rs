@@ -24,7 +24,7 @@ const RELEASE_DEADLINE: Duration = Duration::from_secs(15 * 60);
 /// written and read back through DAOS, compared byte for byte.
 const SCRIPT: &str = r#"set -eu
 gpuq daos-exec -- sh -euc '
-dmg -o "$DAOS_CONTROL_CONFIG" -j pool create --size=1G --nranks=4 e2e > pool.json
+dmg -o "$DAOS_CONTROL_CONFIG" -j pool create --size=5G --nranks=4 e2e > pool.json
 daos -G "$DAOS_SYSTEM" -j container create --type=POSIX e2e data > container.json
 daos -G "$DAOS_SYSTEM" -j filesystem copy --src payload --dst daos://e2e/data > write.json
 daos -G "$DAOS_SYSTEM" -j filesystem copy --src daos://e2e/data --dst back > read.json

@@ -884,7 +884,7 @@ cat >/w/alice/job.sh <<'JOB'
 set -eu
 gpuq daos-exec -- sh -euc '
   dmg -o "$DAOS_CONTROL_CONFIG" -j system query > query.json
-  dmg -o "$DAOS_CONTROL_CONFIG" -j pool create --size=1G --nranks=4 tank > pool.json
+  dmg -o "$DAOS_CONTROL_CONFIG" -j pool create --size=5G --nranks=4 tank > pool.json
   daos -G "$DAOS_SYSTEM" -j container create --type=POSIX tank data > cont.json
   daos -G "$DAOS_SYSTEM" -j filesystem copy --src payload --dst daos://tank/data > copy.json
 '
