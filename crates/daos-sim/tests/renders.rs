@@ -222,9 +222,14 @@ fn validate(yaml: &str, v: Version) -> Result<(), String> {
 
 #[test]
 fn documented_examples_pass_and_their_documented_mistakes_are_refused() {
-    for v in [Version::V2_8] {
-        validate(MDONSSD_3_TIERS, v).unwrap();
-        validate(LOCAL_FILE, v).unwrap();
+    for v in [Version::V2_6, Version::V2_6_5, Version::V2_8] {
+        // 2.6 names the replicas access_points.
+        let dialect = |y: &str| match v {
+            Version::V2_8 => y.to_string(),
+            Version::V2_6 | Version::V2_6_5 => y.replace("mgmt_svc_replicas", "access_points"),
+        };
+        validate(&dialect(MDONSSD_3_TIERS), v).unwrap();
+        validate(&dialect(LOCAL_FILE), v).unwrap();
     }
     // The two-tier alternative the example documents: wal+meta, data.
     let two = MDONSSD_3_TIERS

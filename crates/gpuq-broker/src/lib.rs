@@ -98,9 +98,18 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
         Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
         None => None,
     };
-    let listener = bind(&cfg.socket)?;
+    // Bound under a name no client dials, published under the real one
+    // only once start-up recovery has succeeded: a client never waits in
+    // the backlog of a broker that may still fail and reset it (issue 30,
+    // the "connection error" after a restart), and a failed start leaves
+    // no socket behind.
+    let pending = bind(&cfg.socket)?;
     let broker = broker::Broker::new(cfg, store, runner, gpu, daos, slurm);
-    broker.recover().await?;
+    if let Err(e) = broker.recover().await {
+        pending.abandon();
+        return Err(e.into());
+    }
+    let listener = pending.publish()?;
     tokio::spawn(Arc::clone(&broker).run_scheduler());
     if let Some(m) = metrics {
         tracing::info!(address = ?m.local_addr().ok(), "serving GET /metrics");
@@ -141,16 +150,40 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
 /// Bind the world-connectable API socket (authorisation is per request, by
 /// the peer's credentials). A stale socket file is replaced; anything else
 /// at that path is an error.
-fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Some(dir) = path.parent() {
-        if !dir.exists() {
-            // Every user connects: the directory must let them through
-            // (mkdir's mode is filtered by our umask 077).
-            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-        }
+/// A listening socket not yet under its public name.
+struct PendingSocket {
+    listener: tokio::net::UnixListener,
+    tmp: PathBuf,
+    path: PathBuf,
+}
+
+impl PendingSocket {
+    /// Renames the socket to its public name (atomically: a client finds
+    /// either nothing or a socket that is served).
+    fn publish(self) -> anyhow::Result<tokio::net::UnixListener> {
+        std::fs::rename(&self.tmp, &self.path)
+            .with_context(|| format!("rename {} to {}", self.tmp.display(), self.path.display()))?;
+        Ok(self.listener)
     }
+
+    /// Removes the socket after a failed start.
+    fn abandon(self) {
+        let _ = std::fs::remove_file(&self.tmp);
+    }
+}
+
+/// `path` with `.starting` appended: where the socket is bound until the
+/// broker can serve it.
+fn starting_name(path: &std::path::Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".starting");
+    PathBuf::from(s)
+}
+
+/// Refuses a start where another broker serves (or is starting on) `path`;
+/// removes a stale socket a dead broker left.
+fn clear_stale(path: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -167,8 +200,27 @@ fn bind(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener> {
         ),
         Err(_) => {}
     }
+    Ok(())
+}
+
+fn bind(path: &std::path::Path) -> anyhow::Result<PendingSocket> {
+    if let Some(dir) = path.parent() {
+        if !dir.exists() {
+            // Every user connects: the directory must let them through
+            // (mkdir's mode is filtered by our umask 077).
+            std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        }
+    }
+    let tmp = starting_name(path);
+    clear_stale(path)?;
+    clear_stale(&tmp)?;
     let l =
-        tokio::net::UnixListener::bind(path).with_context(|| format!("bind {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
-    Ok(l)
+        tokio::net::UnixListener::bind(&tmp).with_context(|| format!("bind {}", tmp.display()))?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o666))?;
+    Ok(PendingSocket {
+        listener: l,
+        tmp,
+        path: path.to_path_buf(),
+    })
 }

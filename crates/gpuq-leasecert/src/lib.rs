@@ -163,9 +163,9 @@ impl LeaseCerts {
         use ExtendedKeyUsagePurpose::{ClientAuth, ServerAuth};
         Ok(LeaseCerts {
             ca_cert: ca_cert.pem(),
-            // ca.cnf gives the server serverAuth only; our servers also dial
-            // each other (join, forwarding to the management service) with
-            // it, and a verifier that checks usages wants clientAuth there.
+            // As DAOS's own generator (utils/certs/gen_certificates.sh) gives
+            // it: serverAuth and clientAuth, since servers also dial each
+            // other (join, forwarding to the management service) with it.
             server: leaf(
                 CN_SERVER,
                 vec![SERVER_NAME.to_string()],

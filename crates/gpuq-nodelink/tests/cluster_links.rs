@@ -474,7 +474,13 @@ fn lost_links_go_down_with_the_error_and_come_back_with_backoff() {
                 // detached master and sockets; the next link to that node
                 // ends that master first: one master per node.
                 let mut broker = Command::new(std::env::current_exe().expect("exe"))
-                    .args([DYING_BROKER, "--exact", "--nocapture", "--test-threads=1"])
+                    .args([
+                        DYING_BROKER,
+                        "--exact",
+                        "--ignored",
+                        "--nocapture",
+                        "--test-threads=1",
+                    ])
                     .env(DYING, "1")
                     .stdout(std::process::Stdio::piped())
                     .stderr(std::process::Stdio::null())
@@ -582,14 +588,17 @@ fn a_masters_exit_takes_the_link_down_at_once_and_it_comes_back_by_itself() {
 const DYING: &str = "GPUQ_NODELINK_DYING_BROKER";
 const DYING_BROKER: &str = "helper_a_broker_that_dies_with_its_link_up";
 
-/// Not a test on its own: with `GPUQ_NODELINK_DYING_BROKER` set (inside
-/// cxl2's namespace, by the test above) it brings da1's link up, prints the
-/// master's PID and waits to be killed.
+/// Not a test on its own: run only by the test above (`--ignored`, with
+/// `GPUQ_NODELINK_DYING_BROKER` set, inside cxl2's namespace), it brings
+/// da1's link up, prints the master's PID and waits to be killed. Ignored
+/// in a plain run, so it never counts as a pass; run any other way it fails.
 #[test]
+#[ignore = "a helper process of lost_links_go_down_with_the_error_and_come_back_with_backoff"]
 fn helper_a_broker_that_dies_with_its_link_up() {
-    if std::env::var_os(DYING).is_none() {
-        return;
-    }
+    assert!(
+        std::env::var_os(DYING).is_some(),
+        "{DYING_BROKER} is a helper process, started by lost_links_go_down_with_the_error_and_come_back_with_backoff"
+    );
     let ctx = Ctx {
         dir: std::env::var_os(CHILD).expect("dir").into(),
         prefix: String::new(),
