@@ -19,8 +19,8 @@ use crate::config::{resolve, ControlConfig};
 use crate::error::SimError;
 use crate::model::{
     compress_hosts, compress_ranks, fnv64, parse_size, DmgResponse, Envelope, HostErrorSet,
-    HostStorage, HostStorageSet, PoolCreateResp, StorageFormatResp, SystemQueryResp,
-    SystemStopResp,
+    HostStorage, HostStorageSet, PoolCreateResp, StorageFormatResp, StorageUsageResp,
+    SystemQueryResp, SystemStopResp, UsageHostSet,
 };
 use crate::proto::{call, Request, Wire};
 use crate::tls::{Role, Transport};
@@ -41,6 +41,7 @@ Available commands:
   system query
   system stop [--force]
   storage format [--force]
+  storage query usage
   pool create LABEL --size=N [--nranks=K] [--nsvc=R]
 ";
 
@@ -125,6 +126,7 @@ enum Cmd {
         force: bool,
     },
     StorageFormat,
+    StorageQueryUsage,
     PoolCreate {
         label: String,
         size: u64,
@@ -213,6 +215,7 @@ fn command(args: &Args) -> Result<(Cmd, ControlConfig, bool), SimError> {
             force: args.has(&["force"]),
         },
         ["storage", "format"] => Cmd::StorageFormat,
+        ["storage", "query", "usage"] => Cmd::StorageQueryUsage,
         ["pool", "create", label] => {
             let size = args
                 .get(&["size", "z"])
@@ -227,7 +230,7 @@ fn command(args: &Args) -> Result<(Cmd, ControlConfig, bool), SimError> {
         ["pool", "create"] => return Err(SimError::Usage("pool create: a LABEL is required".into())),
         other => {
             return Err(SimError::Usage(format!(
-                "unknown command {:?} (daos-sim supports: system query, system stop, storage format, pool create)",
+                "unknown command {:?} (daos-sim supports: system query, system stop, storage format, storage query usage, pool create)",
                 other.join(" ")
             )))
         }
@@ -363,6 +366,83 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
                 r.tier_bytes.iter().sum::<u64>() * r.tgt_ranks.len() as u64
             );
             Ok((DmgResponse::PoolCreate(r), human))
+        }
+        Cmd::StorageQueryUsage => {
+            let handles: Vec<_> = cfg
+                .hostlist
+                .iter()
+                .map(|h| {
+                    let name = with_port(h, cfg.port);
+                    let w = wire(Request::StorageUsage);
+                    let h = h.clone();
+                    let port = cfg.port;
+                    let tp = tp.clone();
+                    std::thread::spawn(move || {
+                        let r = resolve(&h, port)
+                            .and_then(|a| call(a, &w, Duration::from_secs(30), &tp));
+                        (name, r)
+                    })
+                })
+                .collect();
+            let mut resp = StorageUsageResp::default();
+            let mut human = String::from(
+                "Hosts SCM-Total SCM-Free NVMe-Total NVMe-Free\n----- --------- -------- ---------- ---------\n",
+            );
+            for h in handles {
+                match h.join() {
+                    Ok((name, Ok(storage))) => {
+                        let sum = |list: &str, f: &dyn Fn(&serde_json::Value) -> u64| {
+                            storage[list]
+                                .as_array()
+                                .map(|a| a.iter().map(f).sum::<u64>())
+                                .unwrap_or(0)
+                        };
+                        let field = |k: &'static str| {
+                            move |v: &serde_json::Value| v[k].as_u64().unwrap_or(0)
+                        };
+                        let smd = |k: &'static str| {
+                            move |c: &serde_json::Value| {
+                                c["smd_devices"]
+                                    .as_array()
+                                    .map(|d| d.iter().map(|s| s[k].as_u64().unwrap_or(0)).sum())
+                                    .unwrap_or(0)
+                            }
+                        };
+                        human.push_str(&format!(
+                            "{name} {} {} {} {}\n",
+                            sum("scm_mount_points", &field("total_bytes")),
+                            sum("scm_mount_points", &field("avail_bytes")),
+                            sum("nvme_devices", &smd("total_bytes")),
+                            sum("nvme_devices", &smd("avail_bytes")),
+                        ));
+                        resp.host_storage.insert(
+                            fnv64(&name).to_string(),
+                            UsageHostSet {
+                                hosts: name,
+                                storage,
+                            },
+                        );
+                    }
+                    Ok((name, Err(e))) => {
+                        let error = e.to_string();
+                        human.push_str(&format!("Errors:\n  {name}: {error}\n"));
+                        resp.host_errors.insert(
+                            fnv64(&format!("{name}{error}")).to_string(),
+                            HostErrorSet { hosts: name, error },
+                        );
+                    }
+                    Err(_) => {
+                        resp.host_errors.insert(
+                            "0".into(),
+                            HostErrorSet {
+                                hosts: "?".into(),
+                                error: "storage query thread panicked".into(),
+                            },
+                        );
+                    }
+                }
+            }
+            Ok((DmgResponse::StorageUsage(resp), human))
         }
         Cmd::StorageFormat => {
             let handles: Vec<_> = cfg

@@ -26,6 +26,7 @@ pub enum DmgResponse {
     SystemQuery(SystemQueryResp),
     SystemStop(SystemStopResp),
     StorageFormat(StorageFormatResp),
+    StorageUsage(StorageUsageResp),
     PoolCreate(PoolCreateResp),
     ContCreate(ContCreateResp),
     ContWrite(ContWriteResp),
@@ -61,6 +62,21 @@ pub struct StorageFormatResp {
     pub host_errors: BTreeMap<String, HostErrorSet>,
     #[serde(rename = "HostStorage")]
     pub host_storage: BTreeMap<String, HostStorageSet>,
+}
+
+/// `dmg storage query usage -j` response: each host's `HostStorage` as
+/// that host reported it (crate::server's `storage_usage`).
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct StorageUsageResp {
+    pub host_errors: BTreeMap<String, HostErrorSet>,
+    #[serde(rename = "HostStorage")]
+    pub host_storage: BTreeMap<String, UsageHostSet>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UsageHostSet {
+    pub hosts: String,
+    pub storage: serde_json::Value,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -21,6 +21,9 @@ use crate::tls::Transport;
 pub enum Request {
     /// dmg → every host: format this host's storage.
     Format,
+    /// dmg → every host: this host's storage and what is free
+    /// (`dmg storage query usage`).
+    StorageUsage,
     /// dmg → any server (forwarded to the MS).
     SystemQuery,
     /// dmg → any server (forwarded to the MS).
@@ -67,6 +70,7 @@ impl Request {
     pub fn name(&self) -> &'static str {
         match self {
             Request::Format => "StorageFormat",
+            Request::StorageUsage => "StorageScan",
             Request::SystemQuery => "SystemQuery",
             Request::SystemStop { .. } => "SystemStop",
             Request::PoolCreate { .. } => "PoolCreate",

@@ -272,6 +272,78 @@ impl Server {
         Ok(storage)
     }
 
+    /// `dmg storage query usage` on this host: DAOS's `HostStorage` JSON
+    /// (lib/control/storage.go; storage/scm.go `ScmMountPoint`,
+    /// storage/bdev.go `NvmeController`, `SmdDevice`), for a formatted
+    /// engine with a rank only, as DAOS reports storage "assigned to a
+    /// currently running rank". Sizes: `scm_size` GiB of SCM; each file
+    /// bdev's `bdev_size` GiB, each NVMe namespace's size in sysfs. Free
+    /// space is the total: the simulator keeps no capacity account (every
+    /// rank holds a whole copy of what is written).
+    fn storage_usage(&self) -> serde_json::Value {
+        let l = lock(&self.local);
+        let rank = l.sb.as_ref().and_then(|sb| sb.rank);
+        drop(l);
+        let (mut scm, mut nvme) = (Vec::new(), Vec::new());
+        if let Some(rank) = rank {
+            let engine = &self.cfg.engines[0];
+            let tgt_ids: Vec<u32> = (0..engine.targets).collect();
+            let roles = engine
+                .storage
+                .iter()
+                .find(|t| !t.bdev_roles.is_empty())
+                .map(|t| {
+                    let mut r: Vec<&str> = t.bdev_roles.iter().map(String::as_str).collect();
+                    r.sort_unstable();
+                    r.join(",")
+                })
+                .unwrap_or_default();
+            for tier in &engine.storage {
+                if tier.class == "ram" {
+                    let total = tier.scm_size.unwrap_or(0) << 30;
+                    scm.push(serde_json::json!({
+                        "class": "ram", "device_list": null, "info": "",
+                        "path": tier.scm_mount, "rank": rank,
+                        "total_bytes": total, "avail_bytes": total, "usable_bytes": total,
+                    }));
+                }
+                for dev in &tier.bdev_list {
+                    let total = match tier.class.as_str() {
+                        "file" => tier.bdev_size.unwrap_or(0) << 30,
+                        _ => nvme_namespaces(Path::new("/sys"), dev)
+                            .unwrap_or_default()
+                            .iter()
+                            .filter_map(|ns| {
+                                let name = ns.file_name()?.to_string_lossy().into_owned();
+                                let s = std::fs::read_to_string(format!("/sys/block/{name}/size"))
+                                    .ok()?;
+                                s.trim().parse::<u64>().ok().map(|sectors| sectors * 512)
+                            })
+                            .sum(),
+                    };
+                    nvme.push(serde_json::json!({
+                        "info": "", "model": "", "serial": "", "pci_addr": dev,
+                        "fw_rev": "", "vendor_id": "", "pci_type": "", "socket_id": 0,
+                        "health_stats": null, "namespaces": null,
+                        "smd_devices": [{
+                            "uuid": new_uuid(), "tgt_ids": tgt_ids, "rank": rank,
+                            "total_bytes": total, "avail_bytes": total, "usable_bytes": total,
+                            "cluster_size": 32u64 << 20, "meta_size": 0, "meta_wal_size": 0,
+                            "rdb_size": 0, "rdb_wal_size": 0, "roles": roles,
+                            "has_sys_xs": !roles.is_empty(), "ctrlr_namespace_id": 1,
+                        }],
+                        "dev_state": "NORMAL", "led_state": "OFF",
+                    }));
+                }
+            }
+        }
+        serde_json::json!({
+            "nvme_devices": nvme, "scm_modules": null, "scm_namespaces": null,
+            "scm_mount_points": scm, "smd_info": null, "reboot_required": false,
+            "mem_info": null,
+        })
+    }
+
     /// Registers with the MS in the background, retrying until it answers.
     fn spawn_join(self: &Arc<Self>) {
         let me = Arc::clone(self);
@@ -459,6 +531,7 @@ impl Server {
                 to_value(&resp)
             }
             Request::Format
+            | Request::StorageUsage
             | Request::EngineStop { .. }
             | Request::BdevWrite { .. }
             | Request::BdevRead { .. } => Err(SimError::remote(
@@ -1114,6 +1187,7 @@ impl Server {
                 }
                 to_value(&r?)
             }
+            Request::StorageUsage => Ok(self.storage_usage()),
             Request::EngineStop { force } => Ok(serde_json::Value::String(self.engine_stop(force))),
             Request::BdevWrite { offset, data } => self.bdev_write(offset, &data),
             Request::BdevRead { offset, len } => self.bdev_read(offset, len),
@@ -1164,6 +1238,7 @@ pub fn authorized(req: &Request, comp: Component) -> bool {
         (_, Component::Server)
             | (
                 Request::Format
+                    | Request::StorageUsage
                     | Request::SystemQuery
                     | Request::SystemStop { .. }
                     | Request::PoolCreate { .. }

@@ -213,6 +213,28 @@ fn format_join_pool_container_stop_match_daos_md_shapes() {
         "{out:?}"
     );
 
+    // storage query usage: each host's ranked SCM mount and its bdev with
+    // the engine's targets and roles, in DAOS's HostStorage shape.
+    let (v, code) = c.dmg(&["storage", "query", "usage"]);
+    envelope_ok(&v, code);
+    let sets = v["response"]["HostStorage"].as_object().unwrap();
+    assert_eq!(sets.len(), 4, "{v}");
+    let mut ranks: Vec<u64> = Vec::new();
+    for set in sets.values() {
+        let st = &set["storage"];
+        let scm = &st["scm_mount_points"][0];
+        assert_eq!(scm["class"], "ram");
+        assert_eq!(scm["total_bytes"], 4u64 << 30, "{st}");
+        let smd = &st["nvme_devices"][0]["smd_devices"][0];
+        assert_eq!(smd["rank"], scm["rank"]);
+        assert_eq!(smd["tgt_ids"], serde_json::json!([0, 1, 2, 3]));
+        assert_eq!(smd["total_bytes"], 1u64 << 30);
+        assert_eq!(smd["roles"], "data,meta,wal");
+        ranks.push(scm["rank"].as_u64().unwrap());
+    }
+    ranks.sort_unstable();
+    assert_eq!(ranks, [0, 1, 2, 3]);
+
     // pool create.
     let (v, code) = c.dmg(&[
         "pool",

@@ -159,6 +159,11 @@ pub enum Verb {
         lease: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Internal (the e2e job runs it): print the pool size, in bytes,
+        /// that `dmg -j storage query usage` output in FILE allows, or say
+        /// in one line why the site is too small.
+        #[arg(long, hide = true, value_name = "FILE")]
+        pool_size_from: Option<std::path::PathBuf>,
     },
     /// The DAOS side: node links, helpers, Podman, images, lease, hold, lock.
     /// With `--lease LEASE` (its name is in the job's log): the end of that

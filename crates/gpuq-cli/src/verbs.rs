@@ -160,10 +160,15 @@ pub async fn run(client: &Client, verb: Verb) -> Result<i32, ClientError> {
             command,
         } => return crate::exec::run(client, workdir, env, command).await,
         Verb::E2e {
+            pool_size_from: Some(file),
+            ..
+        } => return Ok(crate::e2e::print_pool_size(&file)),
+        Verb::E2e {
             profile,
             repeat,
             lease,
             json,
+            pool_size_from: None,
         } => return crate::e2e::run(client, profile, repeat, lease, json).await,
         Verb::VerifyPins { json } => {
             let v: serde_json::Value = client.call(Method::GET, routes::PINS, None::<&()>).await?;

@@ -61,7 +61,9 @@ struct RawProfile {
     /// The `class: ram` SCM tier; DAOS refuses under 4 GiB.
     #[serde(default = "min_ramdisk")]
     scm_size_gib: u32,
-    #[serde(default = "one")]
+    /// Test mode's file bdev; 2 GiB (sparse) holds the smallest pool DAOS
+    /// allows over one target per rank (1 GiB of NVMe per target).
+    #[serde(default = "two")]
     bdev_size_gib: u32,
     /// The server container's command; the image's DAOS server by default.
     #[serde(default)]
@@ -90,6 +92,9 @@ fn default_fabric_port() -> u16 {
 }
 fn min_ramdisk() -> u32 {
     gpuq_daosconf::MIN_RAMDISK_GIB
+}
+fn two() -> u32 {
+    2
 }
 fn one() -> u32 {
     1

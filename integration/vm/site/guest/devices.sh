@@ -18,7 +18,7 @@ for n in 1 2 3 4 5; do
   want="1 "; [ "$n" = 5 ] && want="1 2 "
   [ "$nsids" = "$want" ] || fail nvme "SN-SITE-000$n has namespaces '$nsids', want '$want'"
   for ns in /sys/block/${name}n*; do
-    [ "$(cat "$ns/size")" = 2097152 ] || fail nvme "$(basename "$ns") is $(cat "$ns/size") sectors, not 1 GiB"
+    [ "$(cat "$ns/size")" = 4194304 ] || fail nvme "$(basename "$ns") is $(cat "$ns/size") sectors, not 2 GiB"
   done
 done
 ok nvme-five-controllers-six-namespaces

@@ -29,7 +29,9 @@ NFS=0; case ${SITE_SCENARIOS:-all} in all|stor-nfs|stor-nfs-bench) NFS=1;; esac
 D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
-GIB=1073741824
+# Each emulated namespace (integration/vm/site/up): 2 GiB, room for the
+# smallest pool DAOS allows over one target per rank (1 GiB of NVMe each).
+NS_BYTES=2147483648
 state_dir=/var/lib/gpuq-site/state
 T0=$(date +%s.%N)
 last=$T0
@@ -126,7 +128,7 @@ for n in da1 da2 da3 da4; do
   {
     echo "$ALLOW" | while read -r nn s p i; do
       [ "$nn" = "$n" ] || continue
-      printf '[[devices]]\nserial = "%s"\npci = "%s"\nnsid = %s\nsize_bytes = %s\n\n' "$s" "$p" "$i" "$GIB"
+      printf '[[devices]]\nserial = "%s"\npci = "%s"\nnsid = %s\nsize_bytes = %s\n\n' "$s" "$p" "$i" "$NS_BYTES"
     done
     # The site's pre-existing DAOS service, as gpuq activate's plan sees it.
     if [ "$ALL" = 1 ]; then printf '[activation]\nunits = ["daos_server.service"]\n\n'; fi
@@ -1014,7 +1016,7 @@ echo "$ALLOW" | while read -r n s p i; do
   grep -q "\"$p\"" "$a" || fail audit "$n: $a names no $p"
   grep -q "\"$d\"" "$a" || fail audit "$n: $a names no $d"
   grep -q '"result": "wiped"' "$a" || fail audit "$n: $a: $(cat "$a")"
-  grep -q "\"bytes_discarded\": $GIB" "$a" || fail audit "$n: $a: not the whole namespace: $(cat "$a")"
+  grep -q "\"bytes_discarded\": $NS_BYTES" "$a" || fail audit "$n: $a: not the whole namespace: $(cat "$a")"
   grep -q '"wipe"' "$j/audit.jsonl" || fail audit "$n: no wipe line in audit.jsonl"
   # Both attempts: the wipe before the kill, and the repeat after it.
   [ "$ALL" = 0 ] || [ "$(grep -c '"step":"wipe"' "$j/audit.jsonl")" -ge 2 ] \
