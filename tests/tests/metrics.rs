@@ -296,6 +296,7 @@ fn a_daos_jobs_steps_move_the_histograms_and_the_nodes_report_their_own() {
         "links",
         "preflight",
         "start_servers",
+        "certificates",
         "files",
         "format",
         "join",

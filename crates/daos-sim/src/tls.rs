@@ -150,9 +150,24 @@ impl Transport {
         let cert_path = path(&tc.cert, cert_default);
         let key_path = path(&tc.key, key_default);
         if role == Role::Server {
-            // DAOS reads client_cert_dir at start (PreLoadCertData).
+            // DAOS reads client_cert_dir at start (PreLoadCertData), and
+            // each `<origin>.crt` in it with LoadCertificate when it checks
+            // a credential (server/security_rpc.go): a regular file of at
+            // most 0664 holding exactly one certificate ("Only one cert
+            // allowed per file", security/pem.go). Real DAOS refuses each
+            // credential; the simulator refuses the start.
             let dir = path(&tc.client_cert_dir, "clients");
-            std::fs::read_dir(&dir).map_err(|e| tls_err(format!("client_cert_dir {dir}"), e))?;
+            let entries = std::fs::read_dir(&dir)
+                .map_err(|e| tls_err(format!("client_cert_dir {dir}"), e))?;
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "crt") {
+                    let p = p.display().to_string();
+                    if load_certs(&p)?.len() != 1 {
+                        return Err(tls_err(&p, "Only one cert allowed per file"));
+                    }
+                }
+            }
         }
         let mut roots = rustls::RootCertStore::empty();
         for c in load_certs(&ca_path)? {
@@ -162,6 +177,16 @@ impl Transport {
         let chain = load_certs(&cert_path)?;
         let key = PrivateKeyDer::from_pem_slice(&load_pem(&key_path, key_max)?)
             .map_err(|e| tls_err(&key_path, e))?;
+        if role == Role::Server && !is_rsa(&key) {
+            // DAOS pins its control plane to TLS 1.2 with the one suite
+            // TLS_RSA_WITH_AES_256_GCM_SHA384 (security/
+            // grpc_cert_configs.go): RSA key exchange, so no client can
+            // complete a handshake with a server whose key is not RSA.
+            return Err(tls_err(
+                &key_path,
+                "not an RSA key: DAOS's control plane speaks TLS 1.2 with TLS_RSA_WITH_AES_256_GCM_SHA384 only",
+            ));
+        }
         if role == Role::Agent && !is_rsa(&key) {
             // DAOS's agent signs every client credential with its key, and
             // its TokenSigner knows RSA only (security/signature.go:

@@ -294,3 +294,58 @@ fn an_agent_with_an_ecdsa_key_is_refused_like_daos_and_the_lease_key_works() {
     let (exit, err) = run("rsa", &agent_tc);
     assert!(exit.is_none(), "the lease's RSA agent did not start: {err}");
 }
+
+/// The server's key must be RSA (DAOS's one cipher suite is RSA key
+/// exchange), and each certificate in `client_cert_dir` is one
+/// certificate (security/pem.go LoadCertificate): the simulator refuses to
+/// start on either, with DAOS's words.
+#[test]
+fn a_server_with_an_ecdsa_key_or_two_certificates_in_one_client_file_does_not_start() {
+    let mut c = Cluster::start_tls(1);
+    c.signal(0, "KILL");
+    assert!(c.wait_exit(0, Duration::from_secs(5)).is_some());
+    let dir = c.tmp.path().join("certs");
+    let put = |name: &str, body: &str, mode: u32| {
+        let p = dir.join(name);
+        let _ = fs::remove_file(&p);
+        fs::write(&p, body).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    let rsa_key = fs::read_to_string(dir.join("server.key")).unwrap();
+    let rsa_crt = fs::read_to_string(dir.join("server.crt")).unwrap();
+    let agent_crt = fs::read_to_string(dir.join("agent.crt")).unwrap();
+
+    // Two certificates in clients/agent.crt.
+    put(
+        "clients/agent.crt",
+        &format!("{agent_crt}{agent_crt}"),
+        0o444,
+    );
+    c.start_server(0);
+    assert_eq!(c.wait_exit(0, Duration::from_secs(10)), Some(1));
+    assert!(
+        c.log(0).contains("Only one cert allowed per file"),
+        "{}",
+        c.log(0)
+    );
+    // One is fine.
+    put("clients/agent.crt", &agent_crt, 0o444);
+
+    // An ECDSA server key.
+    let ec = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["server".to_string()])
+        .unwrap()
+        .self_signed(&ec)
+        .unwrap();
+    put("server.crt", &cert.pem(), 0o444);
+    put("server.key", &ec.serialize_pem(), 0o400);
+    c.start_server(0);
+    assert_eq!(c.wait_exit(0, Duration::from_secs(10)), Some(1));
+    assert!(c.log(0).contains("not an RSA key"), "{}", c.log(0));
+
+    // The lease's own (RSA) pair: the server starts and answers.
+    put("server.crt", &rsa_crt, 0o444);
+    put("server.key", &rsa_key, 0o400);
+    c.start_server(0);
+    c.wait_listening();
+}

@@ -56,6 +56,8 @@ pub enum CertError {
     },
     #[error("{0}: a file name must be one plain component")]
     BadName(String),
+    #[error("generating a lease's RSA keys: {0}")]
+    Keys(#[source] rcgen::Error),
 }
 
 /// A certificate and its private key, both PEM.
@@ -103,7 +105,14 @@ impl LeaseCerts {
     /// A new CA for `lease` and the server, admin and agent certificates
     /// signed by it. Valid from the start of this year to the end of the
     /// next (a lease lives hours; the CA key is gone afterwards anyway).
+    /// The lease's CA and certificates on four keys made now.
     pub fn generate(lease: &str) -> Result<Self, CertError> {
+        Self::issue(lease, LeaseKeys::generate()?)
+    }
+
+    /// The lease's CA and certificates on `keys` (made ahead, see
+    /// [`KeySupply`]). `keys` is consumed: no key serves two leases.
+    pub fn issue(lease: &str, keys: LeaseKeys) -> Result<Self, CertError> {
         let err = |what: &'static str| {
             let lease = lease.to_string();
             move |source| CertError::Generate {
@@ -128,12 +137,17 @@ impl LeaseCerts {
         ];
         ca.not_before = from;
         ca.not_after = to;
-        // The four keys at once: RSA generation is most of the work.
-        let mut keys = rsa_key_pairs(4).into_iter();
+        let mut keys = keys.der.into_iter();
         let mut next_key = |what: &'static str| {
-            keys.next()
-                .unwrap_or(Err(rcgen::Error::KeyGenerationUnavailable))
-                .map_err(err(what))
+            let der = keys
+                .next()
+                .ok_or(rcgen::Error::KeyGenerationUnavailable)
+                .map_err(err(what))?;
+            KeyPair::from_pkcs8_der_and_sign_algo(
+                &rustls_pki_types::PrivatePkcs8KeyDer::from(der.as_slice()),
+                &rcgen::PKCS_RSA_SHA256,
+            )
+            .map_err(err(what))
         };
         let ca_key = next_key("CA")?;
         let ca_cert = ca.self_signed(&ca_key).map_err(err("CA"))?;
@@ -182,31 +196,115 @@ impl LeaseCerts {
 /// long to generate (four keys on four threads: 0.7 s at 2048, 7.7 s at 3072 one after another, 2 loaded cores).
 pub const RSA_BITS: usize = 2048;
 
-/// `n` fresh RSA key pairs, generated on `n` threads.
-fn rsa_key_pairs(n: usize) -> Vec<Result<KeyPair, rcgen::Error>> {
-    std::thread::scope(|s| {
-        let hs: Vec<_> = (0..n).map(|_| s.spawn(rsa_key_pair)).collect();
-        hs.into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or(Err(rcgen::Error::KeyGenerationUnavailable))
-            })
-            .collect()
-    })
+/// The four RSA keys of one lease (its CA, server, admin and agent), as
+/// PKCS#8 DER, made before the lease exists. Only [`LeaseCerts::issue`]
+/// takes them, by value: a set serves one lease. Dropped unused (a broker
+/// that stops), every key is overwritten with zeros first.
+pub struct LeaseKeys {
+    der: [zeroize::Zeroizing<Vec<u8>>; 4],
 }
 
-/// A fresh RSA key (PKCS#8), signing with RSA PKCS#1 v1.5 SHA-256. Real
-/// DAOS uses RSA only for its credentials (the agent signs with RSA-PSS
-/// SHA-512 and the servers verify with the agent certificate's key): an
-/// ECDSA agent key makes every client request fail there.
-fn rsa_key_pair() -> Result<KeyPair, rcgen::Error> {
+impl std::fmt::Debug for LeaseKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LeaseKeys(4 RSA keys, not shown)")
+    }
+}
+
+impl LeaseKeys {
+    /// Four fresh keys, generated on four threads (RSA generation is most
+    /// of a lease's certificate work: about 1 CPU-second at 2048 bits).
+    pub fn generate() -> Result<Self, CertError> {
+        let mut made = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4).map(|_| s.spawn(rsa_key_der)).collect();
+            hs.into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or(Err(rcgen::Error::KeyGenerationUnavailable))
+                })
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(CertError::Keys)?
+        .into_iter();
+        let mut next = || {
+            made.next()
+                .ok_or(CertError::Keys(rcgen::Error::KeyGenerationUnavailable))
+        };
+        Ok(LeaseKeys {
+            der: [next()?, next()?, next()?, next()?],
+        })
+    }
+}
+
+/// One set of [`LeaseKeys`] made ahead, for the next lease, on a thread of
+/// its own while the current job runs: the ~1 CPU-second of key generation
+/// leaves the path between a submit and its servers' start. A set is
+/// handed out once ([`KeySupply::take`] moves it out); none is ever
+/// written to disk; an unused one is zeroed when the supply is dropped.
+#[derive(Debug, Default)]
+pub struct KeySupply {
+    next: std::sync::Mutex<Option<LeaseKeys>>,
+    making: std::sync::atomic::AtomicBool,
+}
+
+impl KeySupply {
+    pub fn new() -> std::sync::Arc<Self> {
+        std::sync::Arc::new(KeySupply::default())
+    }
+
+    /// Starts making the next set unless one is ready or being made.
+    /// Returns at once; a failure leaves the supply empty (the next
+    /// [`take`](Self::take) makes its keys itself).
+    pub fn refill(self: &std::sync::Arc<Self>) {
+        use std::sync::atomic::Ordering;
+        if self.ready() || self.making.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let me = std::sync::Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("lease-keys".into())
+            .spawn(move || {
+                if let Ok(k) = LeaseKeys::generate() {
+                    *me.next.lock().unwrap_or_else(|p| p.into_inner()) = Some(k);
+                }
+                me.making.store(false, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            self.making.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether a set is ready.
+    pub fn ready(&self) -> bool {
+        self.next
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+
+    /// The set made ahead (`true`), or, when none is ready, one made now
+    /// (`false`).
+    pub fn take(&self) -> Result<(LeaseKeys, bool), CertError> {
+        let ready = self.next.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match ready {
+            Some(k) => Ok((k, true)),
+            None => LeaseKeys::generate().map(|k| (k, false)),
+        }
+    }
+}
+
+/// A fresh RSA key, PKCS#8 DER. Certificates sign with RSA PKCS#1 v1.5
+/// SHA-256. Real DAOS uses RSA only for its credentials (the agent signs
+/// with RSA-PSS SHA-512 and the servers verify with the agent
+/// certificate's key): an ECDSA agent key makes every client request fail
+/// there.
+fn rsa_key_der() -> Result<zeroize::Zeroizing<Vec<u8>>, rcgen::Error> {
     use rsa::pkcs8::EncodePrivateKey;
     let key = rsa::RsaPrivateKey::new(&mut rand_core::OsRng, RSA_BITS)
         .map_err(|_| rcgen::Error::KeyGenerationUnavailable)?;
     let der = key
         .to_pkcs8_der()
         .map_err(|_| rcgen::Error::KeyGenerationUnavailable)?;
-    KeyPair::from_pkcs8_der_and_sign_algo(&der.as_bytes().into(), &rcgen::PKCS_RSA_SHA256)
+    Ok(zeroize::Zeroizing::new(der.as_bytes().to_vec()))
 }
 
 fn dn(cn: &str) -> DistinguishedName {
@@ -290,6 +388,38 @@ pub fn install(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_key_supply_hands_each_set_out_once_and_makes_the_next_ahead() {
+        let supply = KeySupply::new();
+        assert!(!supply.ready());
+        // Nothing made ahead: made now.
+        let (k1, ahead) = supply.take().unwrap();
+        assert!(!ahead);
+        supply.refill();
+        supply.refill(); // one set at a time
+        let t = std::time::Instant::now();
+        while !supply.ready() {
+            assert!(t.elapsed().as_secs() < 120, "no keys made ahead");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let (k2, ahead) = supply.take().unwrap();
+        assert!(ahead);
+        assert!(!supply.ready(), "a set is handed out once");
+        // Two leases, two sets: no key in common.
+        let a = LeaseCerts::issue("L1", k1).unwrap();
+        let b = LeaseCerts::issue("L2", k2).unwrap();
+        for (x, y) in [
+            (&a.server.key, &b.server.key),
+            (&a.admin.key, &b.admin.key),
+            (&a.agent.key, &b.agent.key),
+        ] {
+            assert_ne!(x, y);
+        }
+        assert_ne!(a.server.key, a.admin.key);
+        assert_ne!(a.admin.key, a.agent.key);
+    }
+
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
