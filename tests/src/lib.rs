@@ -130,6 +130,10 @@ pub struct TestBroker {
     pub broker_bin: Option<PathBuf>,
     /// Extra environment for the broker process (e.g. `GPUQ_CRASH_AT`).
     pub env: Vec<(String, String)>,
+    /// Files the broker must not see: it runs in a private mount namespace
+    /// where each reads as `/dev/null` (e.g. the NVIDIA driver's NVML on a
+    /// GPU machine, for the path where NVML cannot be loaded).
+    pub hide_files: Vec<PathBuf>,
 }
 
 impl TestBroker {
@@ -177,6 +181,7 @@ impl TestBroker {
             netns: None,
             broker_bin: None,
             env: Vec::new(),
+            hide_files: Vec::new(),
             dir,
         }
     }
@@ -230,6 +235,25 @@ impl TestBroker {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
                 c.arg(format!("--net=/run/netns/{ns}")).arg(broker);
+                c
+            }
+            None if !self.hide_files.is_empty() => {
+                // unshare(1) makes the mount namespace private; sh binds
+                // /dev/null over each file, then execs the broker in it.
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "sh", "-euc"])
+                    .arg(
+                        "for f in $GPUQ_TEST_HIDE; do mount --bind /dev/null \"$f\"; done; exec \"$0\" \"$@\"",
+                    )
+                    .arg(broker)
+                    .env(
+                        "GPUQ_TEST_HIDE",
+                        self.hide_files
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(" "),
+                    );
                 c
             }
             None => Command::new(broker),

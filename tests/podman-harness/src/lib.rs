@@ -71,6 +71,12 @@ pub use gpuq_test_skip::cannot_run;
 /// child, return `true` (run the body). Needs root; otherwise the test
 /// fails with the reason (tests/skip).
 pub fn as_own_node(test: &str) -> bool {
+    as_own_node_env(test, &[])
+}
+
+/// [`as_own_node`], the child with `env` set too (e.g. a system bus address
+/// that leads nowhere, for a test of what happens without systemd).
+pub fn as_own_node_env(test: &str, env: &[(&str, &str)]) -> bool {
     if std::env::var_os("GPUQ_NODE_TEST_CHILD").is_some() {
         return true;
     }
@@ -90,6 +96,7 @@ pub fn as_own_node(test: &str) -> bool {
         .arg(std::env::current_exe().expect("this test's executable"))
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env("GPUQ_NODE_TEST_CHILD", "1")
+        .envs(env.iter().copied())
         .output()
         .expect("run unshare (util-linux)");
     let text = format!(
