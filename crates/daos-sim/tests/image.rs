@@ -40,10 +40,11 @@ fn skip_reason() -> Option<String> {
     None
 }
 
-/// Runs build.sh. By default it does the documented static build, in its
-/// own target dir next to this test's (no lock shared with the running
-/// cargo; cached after the first run); `DAOS_SIM_IMAGE_BIN` packs that
-/// binary instead.
+/// Runs build.sh. By default it does the documented static build, in the
+/// workspace's target dir (`target/x86_64-unknown-linux-gnu/release`):
+/// the same one build that the cluster tests and the site VM use, made once
+/// (cargo's own lock orders concurrent builds); `DAOS_SIM_IMAGE_BIN` packs
+/// that binary instead.
 fn build_image(out: &Path) -> TestImage {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../integration/daos-sim-image/build.sh");
@@ -59,7 +60,7 @@ fn build_image(out: &Path) -> TestImage {
             cmd.args(["--bin", &bin]);
         }
         Err(_) => {
-            cmd.env("CARGO_TARGET_DIR", target.join("daos-sim-static"));
+            cmd.env("CARGO_TARGET_DIR", target);
             if let Some(cargo) = option_env!("CARGO") {
                 cmd.env("CARGO", cargo);
             }
@@ -73,7 +74,7 @@ fn build_image(out: &Path) -> TestImage {
         String::from_utf8_lossy(&o.stderr)
     );
     if std::env::var_os("DAOS_SIM_IMAGE_BIN").is_none() {
-        let bin = target.join("daos-sim-static/x86_64-unknown-linux-gnu/release/daos-sim");
+        let bin = target.join("x86_64-unknown-linux-gnu/release/daos-sim");
         let ldd = Command::new("ldd").arg(&bin).output().expect("ldd");
         let ldd = String::from_utf8_lossy(&ldd.stdout).into_owned()
             + &String::from_utf8_lossy(&ldd.stderr);
