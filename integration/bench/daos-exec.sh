@@ -38,6 +38,7 @@
 # binaries are copied first, so a concurrent rebuild cannot change them
 # mid-run.
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 N=${N:-20}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=daos-exec.sh

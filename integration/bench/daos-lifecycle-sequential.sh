@@ -29,6 +29,7 @@
 #
 #   sudo integration/bench/daos-lifecycle-sequential.sh          # N=5
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 N=${N:-5}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=daos-lifecycle-sequential.sh

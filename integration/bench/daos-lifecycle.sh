@@ -33,6 +33,7 @@
 # PERF_CPU=1 (with perf installed: sample every CPU while the jobs run and
 # print who used how much CPU per job; PERF_FREQ samples/s, default 499).
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 N=${N:-5}
 export PERF_FREQ=${PERF_FREQ:-499} PERF_T1=
 perf_pid=

@@ -13,6 +13,7 @@
 # The script may run blkdiscard because it is the comparison; gpuq-node
 # itself never runs an external destructive tool.
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 
 BIN=${1:-target/release/gpuq-node}
 RUNS=${RUNS:-5}

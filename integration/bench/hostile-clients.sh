@@ -11,6 +11,7 @@
 #
 #   ./integration/bench/hostile-clients.sh     (env: N=1000 SAMPLES=300 GPUQ_BIN_DIR=...)
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "hostile-clients.sh: run as root" >&2; exit 1; }
 PY=/usr/bin/python3   # not a per-user shim: the other uids run it too

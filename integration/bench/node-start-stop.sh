@@ -13,6 +13,7 @@
 #
 #   sudo integration/bench/node-start-stop.sh      # RUNS=10
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 RUNS=${RUNS:-10}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 [ "$(id -u)" = 0 ] || { echo "node-start-stop.sh: run as root" >&2; exit 1; }

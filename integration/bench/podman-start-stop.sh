@@ -12,6 +12,7 @@
 #   sudo integration/bench/podman-start-stop.sh            # RUNS=11
 #   RUNS=21 integration/bench/podman-start-stop.sh
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 
 RUNS=${RUNS:-11}
 repo=$(cd "$(dirname "$0")/../.." && pwd)

@@ -7,6 +7,7 @@
 #
 #   ./integration/bench/queue.sh        (needs hyperfine and python3)
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "queue.sh: run as root" >&2; exit 1; }
 command -v hyperfine >/dev/null || { echo "queue.sh: needs hyperfine (apt-get install hyperfine)" >&2; exit 1; }

@@ -25,6 +25,7 @@
 # gpuq-slurm). Removes everything it made on exit (lib-daos.sh), Slurm's
 # daemons with the cluster.
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 N=${N:-5}
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 me=slurm-vs-queue.sh

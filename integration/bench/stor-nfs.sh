@@ -14,5 +14,6 @@
 # Boots its own VM (a temporary state dir) and takes it down on exit, also
 # on failure or ^C.
 set -euo pipefail
+. "$(dirname "$0")/lib-stop.sh"
 . "$(dirname "$0")/lib-site-vm.sh"
 site_vm_bench stor-nfs.sh stor-nfs-bench NFS-BENCH
