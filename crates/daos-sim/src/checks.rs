@@ -360,9 +360,22 @@ fn roles_missing() -> String {
     )
 }
 
+/// `DAOS_SYS_NAME_MAX` (src/include/daos_types.h).
+pub const MAX_SYSTEM_NAME: usize = 15;
+
+/// `daos.SystemNameIsValid` (lib/daos/system_prop.go), as daos_server,
+/// dmg and daos_agent check their config's `name`.
+pub fn check_system_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > MAX_SYSTEM_NAME {
+        return Err(format!("invalid system name: {name:?}"));
+    }
+    Ok(())
+}
+
 /// What `Server.Validate` checks of a parsed config, for `v`.
 pub fn validate_server(cfg: &ServerConfig, v: Version) -> Result<(), String> {
     check_version_keys(cfg, v)?;
+    check_system_name(&cfg.name)?;
     if cfg.system_ram_reserved.is_some_and(|r| r <= 0) {
         return Err(fault(
             "serverconfig",

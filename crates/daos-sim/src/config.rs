@@ -375,14 +375,28 @@ impl ServerConfig {
 }
 
 impl ControlConfig {
+    /// Reads dmg's config; a system name DAOS refuses is refused
+    /// (lib/control/config.go).
     pub fn load(path: &Path) -> Result<Self, SimError> {
-        parse_strict(&read(path)?, path)
+        let c: Self = parse_strict(&read(path)?, path)?;
+        crate::checks::check_system_name(&c.name).map_err(|msg| SimError::Config {
+            path: path.to_path_buf(),
+            msg,
+        })?;
+        Ok(c)
     }
 }
 
 impl AgentConfig {
+    /// Reads the agent's config; a system name DAOS refuses is refused
+    /// (cmd/daos_agent/config.go `Validate`).
     pub fn load(path: &Path) -> Result<Self, SimError> {
-        parse_strict(&read(path)?, path)
+        let c: Self = parse_strict(&read(path)?, path)?;
+        crate::checks::check_system_name(&c.name).map_err(|msg| SimError::Config {
+            path: path.to_path_buf(),
+            msg,
+        })?;
+        Ok(c)
     }
 }
 
@@ -501,6 +515,8 @@ engines:
         );
         let e = parse(&format!("{GOOD}system_ram_reserved: 0\n")).unwrap_err();
         assert!(e.contains("code = 734"), "{e}");
+        let e = parse(&GOOD.replace("name: daos_server", "name: daos_server_16chr")).unwrap_err();
+        assert_eq!(e, "invalid system name: \"daos_server_16chr\"");
     }
 
     #[test]

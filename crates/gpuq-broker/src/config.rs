@@ -692,6 +692,11 @@ env = { FI_PROVIDER = "tcp" }
                 "absolute",
             ),
             ("[daos]\n", "[daos]\nsurprise = 1\n", "surprise"),
+            (
+                "env = { FI_PROVIDER = \"tcp\" }",
+                "env = { FI_PROVIDER = \"tcp\" }\nsystem = \"daos_server_1234\"",
+                "daos.profiles.system",
+            ),
         ];
         for (from, to, want) in cases {
             assert!(DAOS.contains(from), "{from}");

@@ -405,9 +405,28 @@ pub fn is_pci_address(s: &str) -> bool {
             .all(|(_, c)| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
 }
 
+/// DAOS's system names: at most `DAOS_SYS_NAME_MAX` (15) bytes
+/// (src/include/daos_types.h; lib/daos/system_prop.go
+/// `SystemNameIsValid`, checked by daos_server, dmg and daos_agent alike).
+pub const MAX_SYSTEM_NAME: usize = 15;
+
+/// A DAOS system name gpuq renders: letters, digits, `-`, `_`, `.`, at
+/// most [`MAX_SYSTEM_NAME`] bytes.
+pub fn system_name(value: &str) -> Result<(), RenderError> {
+    check("name", value, name_char, "use letters, digits, - _ .")?;
+    if value.len() > MAX_SYSTEM_NAME {
+        return Err(RenderError::Invalid {
+            field: "name",
+            value: value.to_string(),
+            why: "DAOS system names are at most 15 characters (DAOS_SYS_NAME_MAX)",
+        });
+    }
+    Ok(())
+}
+
 impl ServerConfig {
     fn validate(&self) -> Result<(), RenderError> {
-        check("name", &self.name, name_char, "use letters, digits, - _ .")?;
+        system_name(&self.name)?;
         check(
             "provider",
             &self.provider,
@@ -545,7 +564,7 @@ impl ServerConfig {
 
 /// The system name and control port, as the server config checks them.
 fn system_and_port(system: &str, port: u16) -> Result<(), RenderError> {
-    check("name", system, name_char, "use letters, digits, - _ .")?;
+    system_name(system)?;
     if port == 0 {
         return Err(RenderError::Shape("port 0 is not a control port".into()));
     }
@@ -1085,6 +1104,25 @@ mod tests {
         assert!(e.contains("2048 MiB of hugepages"), "{e}");
         assert!(e.contains("lower scm_size_gib"), "{e}");
         assert!(MemoryPlan::fit(DaosVersion::V2_8, m, 0, 4, false).is_err());
+    }
+
+    #[test]
+    fn system_names_longer_than_daos_allows_are_refused_everywhere() {
+        let mut c = cfg(DaosVersion::V2_8);
+        c.name = "a".repeat(MAX_SYSTEM_NAME);
+        assert!(c.render().is_ok());
+        c.name.push('a');
+        assert!(c
+            .render()
+            .unwrap_err()
+            .to_string()
+            .contains("DAOS_SYS_NAME_MAX"));
+        let mut ctl = control();
+        ctl.system = "a".repeat(16);
+        assert!(ctl.render("x").is_err());
+        let mut a = agent();
+        a.system = "a".repeat(16);
+        assert!(a.render("x").is_err());
     }
 
     #[test]

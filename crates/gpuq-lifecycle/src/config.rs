@@ -282,6 +282,16 @@ pub fn parse(d: RawDaos) -> Result<DaosConfig, Invalid> {
                 format!("profile '{name}': {e}; images are pinned by full ID only (sha256:<64 lowercase hex>)"),
             ));
         }
+        if let Some(sys) = &p.system {
+            // DAOS refuses a longer name in every config (DAOS_SYS_NAME_MAX):
+            // refused here, at start, not at the first job.
+            if let Err(e) = gpuq_daosconf::system_name(sys) {
+                return Err(invalid(
+                    "daos.profiles.system",
+                    format!("profile '{name}': {e}"),
+                ));
+            }
+        }
         for m in &p.client_mounts {
             let bad = !m.is_absolute()
                 || m.components()
