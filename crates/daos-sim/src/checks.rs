@@ -372,10 +372,45 @@ pub fn check_system_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `fault_path` as `newFaultDomainFromConfig` (server/faultdomain.go)
+/// and `system.NewFaultDomainFromString` take it: from the root, one or
+/// two levels, none empty and none with `=`.
+pub fn check_fault_path(fp: &str) -> Result<(), String> {
+    let fp = fp.trim();
+    let invalid = |why: &str| fault("serverconfig", 717, format!("invalid fault domain: {why}"));
+    if fp.is_empty() || fp == "/" {
+        return Err(invalid("at least one domain level is required"));
+    }
+    let Some(rest) = fp.strip_prefix('/') else {
+        return Err(invalid("fault path must start with root (/)"));
+    };
+    let levels: Vec<&str> = rest.split('/').collect();
+    for l in &levels {
+        let l = l.trim().trim_matches('"');
+        if l.is_empty() {
+            return Err(invalid("empty string is an invalid fault domain"));
+        }
+        if l.contains('=') {
+            return Err(invalid("fault domain may not contain '='"));
+        }
+    }
+    if levels.len() > 2 {
+        return Err(fault(
+            "serverconfig",
+            724,
+            "the fault domain path may have a maximum of 2 levels below the root",
+        ));
+    }
+    Ok(())
+}
+
 /// What `Server.Validate` checks of a parsed config, for `v`.
 pub fn validate_server(cfg: &ServerConfig, v: Version) -> Result<(), String> {
     check_version_keys(cfg, v)?;
     check_system_name(&cfg.name)?;
+    if let Some(fp) = &cfg.fault_path {
+        check_fault_path(fp)?;
+    }
     if cfg.system_ram_reserved.is_some_and(|r| r <= 0) {
         return Err(fault(
             "serverconfig",
@@ -599,6 +634,24 @@ mod tests {
         assert_eq!(ibytes(GIB), "1.0 GiB");
         assert_eq!(ibytes(64 * GIB), "64 GiB");
         assert_eq!(ibytes(3 * GIB / 2), "1.5 GiB");
+    }
+
+    #[test]
+    fn fault_paths_as_daos_takes_them() {
+        assert!(check_fault_path("/da1").is_ok());
+        assert!(check_fault_path("/rack1/da1").is_ok());
+        assert!(check_fault_path("/a/b/c")
+            .unwrap_err()
+            .contains("code = 724"));
+        assert!(check_fault_path("da1")
+            .unwrap_err()
+            .contains("must start with root"));
+        assert!(check_fault_path("/a//b")
+            .unwrap_err()
+            .contains("code = 717"));
+        assert!(check_fault_path("/")
+            .unwrap_err()
+            .contains("at least one domain level"));
     }
 
     #[test]

@@ -451,6 +451,16 @@ impl ServerConfig {
         }
         if let Some(fp) = &self.fault_path {
             path("fault_path", fp)?;
+            // server/faultdomain.go newFaultDomainFromConfig: one or two
+            // levels below the root (code 724), none empty (717).
+            let levels: Vec<&str> = fp[1..].split('/').collect();
+            if levels.iter().any(|l| l.is_empty()) || levels.len() > 2 {
+                return Err(RenderError::Invalid {
+                    field: "fault_path",
+                    value: fp.clone(),
+                    why: "DAOS takes one or two non-empty levels below the root, e.g. /da1 or /rack1/da1",
+                });
+            }
         }
         if self.engines.is_empty() {
             return Err(RenderError::Shape("no engines".into()));
@@ -1022,6 +1032,12 @@ mod tests {
         assert_eq!(parse(&t.render().unwrap())["fault_path"], "/da3");
         t.fault_path = Some("da3".into());
         assert!(t.render().is_err(), "a fault path is absolute");
+        for bad in ["/", "/a//b", "/a/b/c", "/da3/"] {
+            t.fault_path = Some(bad.into());
+            assert!(t.render().is_err(), "{bad}");
+        }
+        t.fault_path = Some("/rack1/da3".into());
+        assert!(t.render().is_ok());
     }
 
     #[test]
