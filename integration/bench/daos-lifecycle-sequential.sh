@@ -47,8 +47,12 @@ daos_cluster_up
 
 NODES=(da1 da2 da3 da4)
 # ssh from cxl2 (integration/cluster/lib.sh cluster_ssh): a new connection
-# per command, as the original made them.
-on() { daos_in_cxl2 ssh -F "$D/ssh/ssh_config" "$@"; }
+# per command, as the original made them, with the harness's key: the one
+# that may run commands (the original's root ssh had a shell). The broker's
+# link key is restricted to forwards and runs /bin/false for any command
+# (step_sshd): with it every step here exits 1, which is how this baseline
+# broke once the nodes were restricted.
+on() { daos_in_cxl2 ssh -F "$D/ssh/ssh_config" -i "$D/cxl2/ssh/id_harness" "$@"; }
 # The podman CLI on a node's own storage (lib.sh host_podman), as a command
 # line for the node's shell.
 podman_on() {

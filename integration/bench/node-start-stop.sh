@@ -22,7 +22,15 @@ if [ -z "${GPUQ_BENCH_NETNS:-}" ]; then
     exec env GPUQ_BENCH_NETNS=1 unshare --net -- sh -c 'ip link set lo up && exec "$@"' sh "$0" "$@"
 fi
 cd "$repo"
-cargo build --locked --release -p gpuq-node >&2
+# GPUQ_BIN_DIR: a dir with gpuq-node to use (the smoke run in tests/run
+# passes the debug build); default: a release build.
+if [ -z "${GPUQ_BIN_DIR:-}" ]; then
+    cargo build --locked --release -p gpuq-node >&2
+    NODE=$repo/target/release/gpuq-node
+else
+    NODE=$GPUQ_BIN_DIR/gpuq-node
+fi
+[ -x "$NODE" ] || { echo "node-start-stop.sh: no gpuq-node at $NODE" >&2; exit 1; }
 out=$(./integration/daos-sim-image/build.sh --out "$repo/target/daos-sim-image")
 image=$(echo "$out" | sed -n 's/^image: //p')
 archive=$(echo "$out" | sed -n 's/^archive: //p')
@@ -78,7 +86,7 @@ fabric_iface = "lo"
 stop_grace_secs = 10
 TOML
 chmod 644 "$tmp/node.toml"
-"$repo/target/release/gpuq-node" --config "$tmp/node.toml" serve 2>"$tmp/node.log" & node=$!
+"$NODE" --config "$tmp/node.toml" serve 2>"$tmp/node.log" & node=$!
 for _ in $(seq 100); do [ -S "$tmp/node.sock" ] && break; sleep 0.05; done
 
 # The CLI path gets the same config file, mounts and command as the helper's.

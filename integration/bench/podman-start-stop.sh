@@ -61,8 +61,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --quiet --release -p gpuq-podman --example start_stop --manifest-path "$repo/Cargo.toml"
-bin=$target/release/examples/start_stop
+# START_STOP_BIN: the example binary to use (the smoke run in tests/run
+# passes the debug build); default: a release build.
+if [ -z "${START_STOP_BIN:-}" ]; then
+    cargo build --quiet --release -p gpuq-podman --example start_stop --manifest-path "$repo/Cargo.toml"
+    bin=$target/release/examples/start_stop
+else
+    bin=$START_STOP_BIN
+fi
+[ -x "$bin" ] || { echo "podman-start-stop.sh: no start_stop example at $bin" >&2; exit 1; }
 
 cp /bin/busybox "$tmp/rootfs/bin/"
 for a in sh sleep; do ln -s busybox "$tmp/rootfs/bin/$a"; done
