@@ -557,6 +557,45 @@ async fn a_physical_start_without_the_leases_certificates_is_refused_before_anyt
     assert!(made.is_empty(), "a container was made: {made:?}");
 }
 
+/// DAOS refuses to start where the node's RAM cannot hold the ram-disk
+/// beside its reservation (docs/daos-facts.md): a profile that cannot fit
+/// this node (a 1 PiB ram-disk, on any machine) is refused before anything
+/// is written or started, and names the node's memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_the_nodes_memory_cannot_hold_is_refused_before_anything_is_written() {
+    if !as_own_node("a_profile_the_nodes_memory_cannot_hold_is_refused_before_anything_is_written")
+    {
+        return;
+    }
+    let site = Site::new().await;
+    let huge = format!(
+        "\n[profiles.huge]\nimage = \"{}\"\ndaos_version = \"2.8.0\"\nmode = \"test\"\nport = {}\nfabric_iface = \"lo\"\nscm_size_gib = 1048576\n",
+        site.image, site.port
+    );
+    let svc = site.helper_with("t1", "test", &[], &huge).await;
+    let e = svc.start("L9", &req("huge")).await.unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, NodeError::Refused(_)), "not a refusal: {msg}");
+    assert!(
+        msg.contains("does not fit this node's memory") && msg.contains("MiB of RAM"),
+        "{msg}"
+    );
+    assert!(
+        !site.root.join("jobs").exists(),
+        "nothing was written: {msg}"
+    );
+    assert!(
+        !site.root.join("test").join("L9").exists(),
+        "no test dir: {msg}"
+    );
+    let made = site.containers().await;
+    assert!(made.is_empty(), "a container was made: {made:?}");
+    // The same node starts a profile that fits.
+    svc.start("L10", &req("t1")).await.unwrap();
+    svc.stop("L10").await.unwrap();
+    svc.wipe("L10").await.unwrap();
+}
+
 /// `chattr +i` on a file for as long as it lives (also when the test panics).
 struct Immutable(PathBuf);
 
