@@ -359,19 +359,14 @@ impl TestBroker {
         std::fs::read_to_string(self.path("broker.log")).unwrap_or_default()
     }
 
-    /// Run `gpuq ARGS` as `user` (root when `None`) in `cwd` with extra env.
-    pub fn gpuq_in(
-        &self,
-        user: Option<&User>,
-        cwd: &Path,
-        env: &[(&str, &str)],
-        args: &[&str],
-    ) -> Output {
+    /// `gpuq ARGS` as `user` (root when `None`) in `cwd`, with
+    /// `GPUQ_SOCKET` set (not run yet).
+    fn gpuq_cmd(&self, user: Option<&User>, cwd: &Path, args: &[&str]) -> Command {
         let gpuq = bin("gpuq");
         let mut cmd = match user {
             None => Command::new(&gpuq),
             Some(u) => {
-                let mut c = Command::new("setpriv");
+                let mut c = Command::new("/usr/bin/setpriv");
                 c.arg(format!("--reuid={}", u.uid))
                     .arg(format!("--regid={}", u.gid));
                 if u.groups.is_empty() {
@@ -393,8 +388,20 @@ impl TestBroker {
         cmd.args(args)
             .current_dir(cwd)
             .env("GPUQ_SOCKET", &self.socket)
-            .envs(env.iter().copied())
             .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Run `gpuq ARGS` as `user` (root when `None`) in `cwd` with extra env.
+    pub fn gpuq_in(
+        &self,
+        user: Option<&User>,
+        cwd: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Output {
+        let mut cmd = self.gpuq_cmd(user, cwd, args);
+        cmd.envs(env.iter().copied());
         cmd.output().expect("run gpuq")
     }
 
@@ -410,24 +417,11 @@ impl TestBroker {
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Output {
-        let mut cmd = match user {
-            None => Command::new(bin("gpuq")),
-            Some(u) => {
-                let mut c = Command::new("/usr/bin/setpriv");
-                c.arg(format!("--reuid={}", u.uid))
-                    .arg(format!("--regid={}", u.gid))
-                    .arg("--clear-groups")
-                    .arg(bin("gpuq"));
-                c
-            }
-        };
+        let mut cmd = self.gpuq_cmd(user, cwd, args);
         cmd.env_clear()
-            .args(args)
-            .current_dir(cwd)
             .env("PATH", "/usr/bin:/bin")
             .env("GPUQ_SOCKET", &self.socket)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null());
+            .envs(env.iter().copied());
         cmd.output().expect("run gpuq")
     }
 

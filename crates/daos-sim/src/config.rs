@@ -374,29 +374,30 @@ impl ServerConfig {
     }
 }
 
+/// Reads a client config (dmg's or the agent's) strictly and refuses a
+/// system name DAOS refuses (lib/control/config.go, cmd/daos_agent/
+/// config.go `Validate`).
+fn load_client<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    name: impl Fn(&T) -> &str,
+) -> Result<T, SimError> {
+    let c: T = parse_strict(&read(path)?, path)?;
+    crate::checks::check_system_name(name(&c)).map_err(|msg| SimError::Config {
+        path: path.to_path_buf(),
+        msg,
+    })?;
+    Ok(c)
+}
+
 impl ControlConfig {
-    /// Reads dmg's config; a system name DAOS refuses is refused
-    /// (lib/control/config.go).
     pub fn load(path: &Path) -> Result<Self, SimError> {
-        let c: Self = parse_strict(&read(path)?, path)?;
-        crate::checks::check_system_name(&c.name).map_err(|msg| SimError::Config {
-            path: path.to_path_buf(),
-            msg,
-        })?;
-        Ok(c)
+        load_client(path, |c: &Self| &c.name)
     }
 }
 
 impl AgentConfig {
-    /// Reads the agent's config; a system name DAOS refuses is refused
-    /// (cmd/daos_agent/config.go `Validate`).
     pub fn load(path: &Path) -> Result<Self, SimError> {
-        let c: Self = parse_strict(&read(path)?, path)?;
-        crate::checks::check_system_name(&c.name).map_err(|msg| SimError::Config {
-            path: path.to_path_buf(),
-            msg,
-        })?;
-        Ok(c)
+        load_client(path, |c: &Self| &c.name)
     }
 }
 

@@ -282,6 +282,43 @@ fn decode<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Result<T, Sim
     })
 }
 
+/// `w` to every host of the hostlist at once, as dmg sends storage
+/// requests: each host's name (with the port) and its answer.
+fn on_every_host(
+    cfg: &ControlConfig,
+    tp: &Transport,
+    w: &Wire,
+    timeout: Duration,
+) -> Vec<(String, Result<serde_json::Value, SimError>)> {
+    let handles: Vec<_> = cfg
+        .hostlist
+        .iter()
+        .map(|h| {
+            let name = with_port(h, cfg.port);
+            let (h, port, tp, w) = (h.clone(), cfg.port, tp.clone(), w.clone());
+            let thread_name = name.clone();
+            (
+                thread_name,
+                std::thread::spawn(move || {
+                    resolve(&h, port).and_then(|a| call(a, &w, timeout, &tp))
+                }),
+            )
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|(name, h)| {
+            let r = h.join().unwrap_or_else(|_| {
+                Err(SimError::Protocol {
+                    peer: name.clone(),
+                    msg: "request thread panicked".into(),
+                })
+            });
+            (name, r)
+        })
+        .collect()
+}
+
 fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, String), SimError> {
     // Without -i or allow_insecure, dmg presents the admin certificate
     // named in its config (DAOS defaults under /etc/daos/certs).
@@ -368,29 +405,19 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
             Ok((DmgResponse::PoolCreate(r), human))
         }
         Cmd::StorageQueryUsage => {
-            let handles: Vec<_> = cfg
-                .hostlist
-                .iter()
-                .map(|h| {
-                    let name = with_port(h, cfg.port);
-                    let w = wire(Request::StorageUsage);
-                    let h = h.clone();
-                    let port = cfg.port;
-                    let tp = tp.clone();
-                    std::thread::spawn(move || {
-                        let r = resolve(&h, port)
-                            .and_then(|a| call(a, &w, Duration::from_secs(30), &tp));
-                        (name, r)
-                    })
-                })
-                .collect();
+            let answers = on_every_host(
+                cfg,
+                tp,
+                &wire(Request::StorageUsage),
+                Duration::from_secs(30),
+            );
             let mut resp = StorageUsageResp::default();
             let mut human = String::from(
                 "Hosts SCM-Total SCM-Free NVMe-Total NVMe-Free\n----- --------- -------- ---------- ---------\n",
             );
-            for h in handles {
-                match h.join() {
-                    Ok((name, Ok(storage))) => {
+            for (name, answer) in answers {
+                match answer {
+                    Ok(storage) => {
                         let sum = |list: &str, f: &dyn Fn(&serde_json::Value) -> u64| {
                             storage[list]
                                 .as_array()
@@ -423,7 +450,7 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
                             },
                         );
                     }
-                    Ok((name, Err(e))) => {
+                    Err(e) => {
                         let error = e.to_string();
                         human.push_str(&format!("Errors:\n  {name}: {error}\n"));
                         resp.host_errors.insert(
@@ -431,46 +458,19 @@ fn run(cmd: Cmd, cfg: &ControlConfig, insecure: bool) -> Result<(DmgResponse, St
                             HostErrorSet { hosts: name, error },
                         );
                     }
-                    Err(_) => {
-                        resp.host_errors.insert(
-                            "0".into(),
-                            HostErrorSet {
-                                hosts: "?".into(),
-                                error: "storage query thread panicked".into(),
-                            },
-                        );
-                    }
                 }
             }
             Ok((DmgResponse::StorageUsage(resp), human))
         }
         Cmd::StorageFormat => {
-            let handles: Vec<_> = cfg
-                .hostlist
-                .iter()
-                .map(|h| {
-                    let name = with_port(h, cfg.port);
-                    let w = wire(Request::Format);
-                    let h = h.clone();
-                    let port = cfg.port;
-                    let tp = tp.clone();
-                    std::thread::spawn(move || {
-                        let r = resolve(&h, port)
-                            .and_then(|a| call(a, &w, Duration::from_secs(60), &tp));
-                        (name, r.and_then(decode::<HostStorage>))
-                    })
-                })
-                .collect();
             let mut ok: Vec<(String, HostStorage)> = Vec::new();
             let mut errs: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for h in handles {
-                match h.join() {
-                    Ok((name, Ok(s))) => ok.push((name, s)),
-                    Ok((name, Err(e))) => errs.entry(e.to_string()).or_default().push(name),
-                    Err(_) => errs
-                        .entry("format thread panicked".into())
-                        .or_default()
-                        .push("?".into()),
+            for (name, answer) in
+                on_every_host(cfg, tp, &wire(Request::Format), Duration::from_secs(60))
+            {
+                match answer.and_then(decode::<HostStorage>) {
+                    Ok(s) => ok.push((name, s)),
+                    Err(e) => errs.entry(e.to_string()).or_default().push(name),
                 }
             }
             let mut resp = StorageFormatResp::default();
