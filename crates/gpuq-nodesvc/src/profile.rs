@@ -513,6 +513,26 @@ test_dir = "/var/lib/gpuqueue-daos-test"
     }
 
     #[test]
+    fn a_ram_disk_under_daos_minimum_or_no_targets_is_refused_and_defaults_fit_daos() {
+        let id = format!("sha256:{}", "ab".repeat(32));
+        let p = |extra: &str| {
+            parse(&format!(
+                "[profiles.x]\nimage = \"{id}\"\ndaos_version = \"2.8.0\"\nmode = \"test\"\nport = 1\n{extra}"
+            ))
+        };
+        let c = p("").unwrap();
+        assert_eq!(c.profiles["x"].scm_size_gib, gpuq_daosconf::MIN_RAMDISK_GIB);
+        assert_eq!(c.profiles["x"].bdev_size_gib, 2);
+        let e = p("scm_size_gib = 3\n").unwrap_err().to_string();
+        assert!(
+            e.contains("profiles.x.scm_size_gib") && e.contains("below DAOS's minimum ram-disk"),
+            "{e}"
+        );
+        let e = p("targets = 0\n").unwrap_err().to_string();
+        assert!(e.contains("profiles.x.targets"), "{e}");
+    }
+
+    #[test]
     fn unknown_keys_and_versions_are_refused() {
         let id = format!("sha256:{}", "ab".repeat(32));
         let e = parse(&format!("[profiles.x]\nimage = \"{id}\"\ndaos_version = \"2.8.0\"\nmode = \"test\"\nport = 1\nprot = 2\n"))
