@@ -280,9 +280,12 @@ impl Server {
     /// bdev's `bdev_size` GiB, each NVMe namespace's size in sysfs. Free
     /// space is the total: the simulator keeps no capacity account (every
     /// rank holds a whole copy of what is written).
-    fn storage_usage(&self) -> serde_json::Value {
+    fn storage_usage(&self) -> Result<serde_json::Value, SimError> {
         let l = lock(&self.local);
         let rank = l.sb.as_ref().and_then(|sb| sb.rank);
+        // The device's SMD UUID: stable for the engine (DAOS keeps one per
+        // device in its metadata), here the engine's own.
+        let smd_uuid = l.sb.as_ref().map(|sb| sb.uuid.clone()).unwrap_or_default();
         drop(l);
         let (mut scm, mut nvme) = (Vec::new(), Vec::new());
         if let Some(rank) = rank {
@@ -310,8 +313,9 @@ impl Server {
                 for dev in &tier.bdev_list {
                     let total = match tier.class.as_str() {
                         "file" => tier.bdev_size.unwrap_or(0) << 30,
-                        _ => nvme_namespaces(Path::new("/sys"), dev)
-                            .unwrap_or_default()
+                        // A controller whose namespaces cannot be found is
+                        // an error, not a device of 0 bytes.
+                        _ => nvme_namespaces(Path::new("/sys"), dev)?
                             .iter()
                             .filter_map(|ns| {
                                 let name = ns.file_name()?.to_string_lossy().into_owned();
@@ -326,7 +330,7 @@ impl Server {
                         "fw_rev": "", "vendor_id": "", "pci_type": "", "socket_id": 0,
                         "health_stats": null, "namespaces": null,
                         "smd_devices": [{
-                            "uuid": new_uuid(), "tgt_ids": tgt_ids, "rank": rank,
+                            "uuid": smd_uuid, "tgt_ids": tgt_ids, "rank": rank,
                             "total_bytes": total, "avail_bytes": total, "usable_bytes": total,
                             "cluster_size": 32u64 << 20, "meta_size": 0, "meta_wal_size": 0,
                             "rdb_size": 0, "rdb_wal_size": 0, "roles": roles,
@@ -337,11 +341,11 @@ impl Server {
                 }
             }
         }
-        serde_json::json!({
+        Ok(serde_json::json!({
             "nvme_devices": nvme, "scm_modules": null, "scm_namespaces": null,
             "scm_mount_points": scm, "smd_info": null, "reboot_required": false,
             "mem_info": null,
-        })
+        }))
     }
 
     /// Registers with the MS in the background, retrying until it answers.
@@ -1187,7 +1191,7 @@ impl Server {
                 }
                 to_value(&r?)
             }
-            Request::StorageUsage => Ok(self.storage_usage()),
+            Request::StorageUsage => self.storage_usage(),
             Request::EngineStop { force } => Ok(serde_json::Value::String(self.engine_stop(force))),
             Request::BdevWrite { offset, data } => self.bdev_write(offset, &data),
             Request::BdevRead { offset, len } => self.bdev_read(offset, len),
