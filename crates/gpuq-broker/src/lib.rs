@@ -95,7 +95,13 @@ pub async fn run(cfg: config::BrokerConfig, shim: PathBuf) -> anyhow::Result<()>
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // An unreleased lease is held (blocked.json) before anyone can connect.
     let daos = match cfg.daos.clone() {
-        Some(d) => Some(daos::Daos::start(d, &cfg.state_dir, now())?),
+        Some(d) => {
+            let daos = daos::Daos::start(d, &cfg.state_dir, now())?;
+            // The broker outlives its leases: each job's run makes the
+            // next lease's keys (docs/security.md).
+            daos.make_keys_ahead();
+            Some(daos)
+        }
         None => None,
     };
     // Bound under a name no client dials, published under the real one

@@ -39,6 +39,10 @@ pub struct Daos {
     links: NodeLinks,
     /// The next lease's keys, made while the current job runs.
     keys: std::sync::Arc<gpuq_leasecert::KeySupply>,
+    /// Whether to make them ahead: only a process that outlives its lease
+    /// (the broker) does; a short-lived one (gpuq-slurm's data-in) would
+    /// make a set and exit with it unused ([`Daos::make_keys_ahead`]).
+    keys_ahead: std::sync::atomic::AtomicBool,
 }
 
 impl Daos {
@@ -80,11 +84,19 @@ impl Daos {
             store,
             links,
             keys: gpuq_leasecert::KeySupply::new(),
+            keys_ahead: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
     pub fn config(&self) -> &DaosConfig {
         &self.cfg
+    }
+
+    /// From now on, once a lease's job runs, make the next lease's keys
+    /// (for a long-lived process: the broker).
+    pub fn make_keys_ahead(&self) {
+        self.keys_ahead
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn profile(&self, name: &str) -> Option<&DaosProfile> {
@@ -354,7 +366,9 @@ impl Daos {
         local.checkpoint("agent_started");
         lc.mark_running(&mut l)?;
         // The next lease's keys, made while this job runs.
-        self.keys.refill();
+        if self.keys_ahead.load(std::sync::atomic::Ordering::SeqCst) {
+            self.keys.refill();
+        }
         Ok((l, host.job_env(lease)))
     }
 
