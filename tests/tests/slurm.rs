@@ -521,7 +521,7 @@ fn a_request_gpuq_cannot_serve_is_refused_at_submission_and_touches_nothing() {
 }
 
 #[test]
-fn scancel_while_the_site_is_prepared_or_the_job_runs_cleans_and_releases_it() {
+fn scancel_while_the_site_is_prepared_cleans_and_releases_it() {
     require_slurm!();
     let s = SlurmSite::up("slcan");
     // During the preparation: as soon as the lease exists.
@@ -553,7 +553,26 @@ fn scancel_while_the_site_is_prepared_or_the_job_runs_cleans_and_releases_it() {
         s.leases()
     );
     s.assert_clean();
-    // While the next job runs, then.
+    if s.logs()
+        .contains(&format!("teardown for JobId={j1} terminated by slurmctld"))
+    {
+        // Slurm's own race (docs/slurm.md, "A job cancelled during its
+        // data-in"): its script flush killed the teardown it had just
+        // started, so slurmctld still counts job 1's buffer and would
+        // keep the next DAOS job pending until it restarts. gpuq's side,
+        // checked above, is clean either way; the next case has a Slurm
+        // of its own.
+        eprintln!(
+            "slurmctld killed job {j1}'s teardown: Slurm counts its buffer until it restarts"
+        );
+    }
+    eprintln!("{}", s.logs());
+}
+
+#[test]
+fn scancel_while_the_job_runs_cleans_and_releases_it() {
+    require_slurm!();
+    let s = SlurmSite::up("slcan2");
     let d2 = s.user_dir(BOB, "b");
     let j2 = s.daos_job(BOB, &d2, DAOS, true).unwrap();
     assert!(
@@ -577,7 +596,7 @@ fn scancel_while_the_site_is_prepared_or_the_job_runs_cleans_and_releases_it() {
         "{}",
         s.logs()
     );
-    assert_eq!(s.leases().len(), 2, "{:?}", s.leases());
+    assert_eq!(s.leases().len(), 1, "{:?}", s.leases());
     s.assert_clean();
     // What Slurm and gpuq-slurm said, for whoever reads the test's output.
     eprintln!("{}", s.logs());

@@ -20,6 +20,21 @@
 //! The listener is created in the network namespace of the process that
 //! makes the port's subsystem link (verified in the site VM, kernel 6.1):
 //! the node helper's, so it listens on the node's storage address.
+//!
+//! **One change at a time per kernel** ([`Nvmet::lock`]): nvmet's configfs
+//! is not safe against concurrent changes. A port's `mkdir` and its
+//! release (`rmdir`) add and delete it on nvmet's global port list without
+//! `nvmet_config_sem`, while every change that concerns discovery (a host
+//! allowed or dropped, a subsystem linked into a port) walks that list
+//! under it (`drivers/nvme/target/configfs.c`, `nvmet_ports_make` /
+//! `nvmet_port_release`; `discovery.c`, `nvmet_subsys_disc_changed`; so in
+//! 6.1 and upstream alike). Two node helpers on one kernel unexporting at
+//! once crashed the site VM's kernel in `nvmet_subsys_disc_changed` on a
+//! deleted list entry (`dead000000000100`), with `nvmet_config_sem` still
+//! held by the dead task: every later nvmet change on that kernel hung.
+//! So each export and unexport runs under `flock(LOCK_EX)` on nvmet's
+//! configfs root directory — one inode per kernel, whatever the mount or
+//! network namespace — taken within a deadline.
 
 use gpuq_protocol::node::{NvmetExport, NQN_PREFIX};
 use nix::errno::Errno;
@@ -132,6 +147,34 @@ impl Nvmet {
             })),
             Err(e) if missing(e) => Ok(None),
             Err(e) => Err(step(format!("open {path}"))(e)),
+        }
+    }
+
+    /// Hold nvmet's tree for one export or unexport: `flock(LOCK_EX)` on
+    /// its root directory (see the module's doc), waiting at most `wait`
+    /// for another node helper on this kernel to end its change. Released
+    /// when the guard drops.
+    pub async fn lock(&self, wait: std::time::Duration) -> Result<NvmetLock, String> {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let fd = self
+                .root
+                .try_clone()
+                .map_err(|e| format!("{}: dup: {e}", self.path))?;
+            match nix::fcntl::Flock::lock(fd, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+                Ok(held) => return Ok(NvmetLock { _held: held }),
+                Err((_, Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                Err((_, Errno::EWOULDBLOCK)) => {
+                    return Err(format!(
+                        "{} is locked by another change of the kernel NVMe target (another node helper on this kernel) for more than {}s; nothing was changed",
+                        self.path,
+                        wait.as_secs()
+                    ))
+                }
+                Err((_, e)) => return Err(step(format!("flock {}", self.path))(e)),
+            }
         }
     }
 
@@ -384,6 +427,12 @@ impl Nvmet {
     }
 }
 
+/// nvmet's tree held for one change ([`Nvmet::lock`]).
+#[derive(Debug)]
+pub struct NvmetLock {
+    _held: nix::fcntl::Flock<OwnedFd>,
+}
+
 /// Why an export did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ExportError {
@@ -423,6 +472,7 @@ pub fn devnum_of(path: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn port_seeds_are_in_range_and_differ_for_the_test_nodes() {
@@ -435,6 +485,46 @@ mod tests {
         d.sort();
         d.dedup();
         assert_eq!(d.len(), 4, "{seeds:?}");
+    }
+
+    #[tokio::test]
+    async fn one_change_at_a_time_a_second_waits_within_its_deadline_and_then_refuses() {
+        // The lock is flock on the tree's root directory: any directory
+        // shows its behaviour (this machine has no nvmet).
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().to_str().unwrap();
+        let (a, b) = (
+            Nvmet::open_at(path).unwrap().unwrap(),
+            Nvmet::open_at(path).unwrap().unwrap(),
+        );
+        let held = a.lock(Duration::from_secs(1)).await.unwrap();
+        let t = std::time::Instant::now();
+        let e = b.lock(Duration::from_millis(300)).await.unwrap_err();
+        assert!(
+            t.elapsed() >= Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(
+            e.contains("locked by another change") && e.contains("nothing was changed"),
+            "{e}"
+        );
+        // Released when the holder's change ends: the next one waits for it.
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            drop(held);
+        });
+        let t = std::time::Instant::now();
+        let _next = b.lock(Duration::from_secs(5)).await.unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(150),
+            "{:?}",
+            t.elapsed()
+        );
+        release.await.unwrap();
+        // A third, from another open of the same directory, waits for it too.
+        let c = Nvmet::open_at(path).unwrap().unwrap();
+        assert!(c.lock(Duration::from_millis(100)).await.is_err());
     }
 
     #[test]

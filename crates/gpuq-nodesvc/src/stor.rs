@@ -17,6 +17,10 @@
 
 use crate::audit;
 use crate::nvmet::{self, ExportError, Nvmet};
+
+/// How long an export or unexport waits for another node helper's change
+/// of the same kernel's NVMe target (each takes seconds).
+const NVMET_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
 use crate::profile::{Mode, StorDetail, StorProfile};
 use crate::service::{io, Found, NodeError, NodeService};
 use gpuq_podman::Podman;
@@ -152,6 +156,12 @@ impl<P: Podman> NodeService<P> {
         let target = Nvmet::open()
             .map_err(NodeError::Failed)?
             .ok_or_else(|| NodeError::Failed("nvmet was unloaded during the export".into()))?;
+        // From the port ID's pick to the listener: no other change of this
+        // kernel's target between (nvmet's own race, nvmet.rs).
+        let _one_change = target
+            .lock(NVMET_LOCK_WAIT)
+            .await
+            .map_err(NodeError::Failed)?;
         let mut export = NvmetExport {
             subsystem_nqn: nvmeof_subsystem_nqn(lease, self.node_name()),
             host_nqn,
@@ -308,6 +318,10 @@ impl<P: Podman> NodeService<P> {
         };
         // `None`: nvmet is not loaded, so nothing of anyone's is exported.
         let target = Nvmet::open().map_err(&fail)?;
+        let _one_change = match &target {
+            Some(t) => Some(t.lock(NVMET_LOCK_WAIT).await.map_err(&fail)?),
+            None => None,
+        };
         let removed = match &target {
             Some(t) => t
                 .unexport(&export)
