@@ -114,6 +114,25 @@ fn another_users_dmg_is_refused_the_owners_is_served_and_no_certificate_is_left(
         assert!(!o.status.success(), "bob read {}", p.display());
         assert!(stdout(&o).is_empty());
     }
+    // Nor reach her agent, which would hand his client credentials on her
+    // running system: its socket is 0666, as DAOS makes it, but its
+    // directory lets only alice (and root) through (issue #31).
+    let agent_sock = lease_dir.join("agent/daos_agent.sock");
+    let py = Path::new("/usr/bin/python3");
+    let connect = "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])";
+    let o = as_user(&s, &b, py, &["-c", connect, agent_sock.to_str().unwrap()]);
+    assert!(
+        !o.status.success() && stderr(&o).contains("PermissionError"),
+        "bob reached alice's agent: {} {}",
+        stdout(&o),
+        stderr(&o)
+    );
+    let o = as_user(&s, &a, py, &["-c", connect, agent_sock.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "alice cannot reach her agent: {}",
+        stderr(&o)
+    );
     // ... so alice's config does not work for him,
     let sim = PathBuf::from(&dmg);
     let c = control.to_str().unwrap();

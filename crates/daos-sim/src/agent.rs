@@ -102,11 +102,13 @@ fn agent(argv: &[String]) -> Result<i32, SimError> {
     let _ = std::fs::remove_file(&tmp);
     let listener = UnixListener::bind(&tmp)
         .map_err(|e| SimError::io(format!("listen on {}", tmp.display()), e))?;
-    // Like DAOS's dRPC server (os.Chmod(sockFile, 0777)): every local user's
-    // client library talks to the agent; the agent checks who they are.
+    // Like DAOS's agent (v2.8.0 src/control/cmd/daos_agent/start.go:
+    // NewDomainSocketServer(..., sockPath, 0666), which chmods the socket):
+    // every local user's client library may talk to the agent; the agent
+    // checks who they are. gpuq's barrier is the directory (clienthost).
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o777))
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o666))
             .map_err(|e| SimError::io(format!("chmod {}", tmp.display()), e))?;
     }
     std::fs::rename(&tmp, &sock)

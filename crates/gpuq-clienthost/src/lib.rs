@@ -20,7 +20,7 @@
 //! | `daos_control.yml` | root 0644 | the job's dmg config (`DAOS_CONTROL_CONFIG`): names the files in `user/` | client containers (same path, read-only) |
 //! | `user/` | the job's owner, 0500 | `daosCA.crt`, `admin.crt` (0444), `admin.key` (0400) | client containers (same path, read-only) |
 //! | `agent-etc/` | root 0700 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
-//! | `agent/` | root 0755 | the agent's socket | agent and client containers |
+//! | `agent/` | root 0700 + ACL `user:OWNER:--x` (mode 0710) | the agent's socket (0666, as DAOS makes it): the owner and root reach it, no other user | agent and client containers |
 //!
 //! The certificates are the lease's own (gpuq-leasecert): no other user
 //! can enter `user/`, so no other user's dmg can present the admin
@@ -397,7 +397,7 @@ impl ClientHost {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io(&ad, e)),
         }
-        set_mode(&ad, 0o755).map_err(|e| io(&ad, e))?;
+        owner_only_passage(&ad, owner_uid).map_err(|e| io(&ad, e))?;
         Ok(())
     }
 
@@ -666,6 +666,49 @@ fn file<'a>(name: &'a str, bytes: &'a [u8], mode: u32) -> gpuq_leasecert::File<'
     gpuq_leasecert::File { name, bytes, mode }
 }
 
+/// The agent's socket directory: root's (the agent, uid 0 in its
+/// container, makes its socket there) and passable by the job's owner
+/// `uid` alone (`u::rwx, user:uid:--x, m::--x`, nothing for group and
+/// others): DAOS makes the socket 0666, so the directory is the only
+/// barrier between another user on this host and an agent that hands out
+/// credentials on the owner's running system. Opened by descriptor (no
+/// symlink followed), set, read back. A filesystem without POSIX ACLs
+/// fails the step: never a wider directory.
+fn owner_only_passage(dir: &Path, uid: u32) -> std::io::Result<()> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags::O_DIRECTORY | libc_flags::O_NOFOLLOW)
+        .open(dir)?;
+    std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
+    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    gpuq_sys::acl::set_access(f.as_fd(), &gpuq_sys::acl::owner_and_user_search(uid)).map_err(
+        |e| {
+            std::io::Error::new(
+                e.kind(),
+                format!(
+                    "cannot limit the agent's socket directory to the job's owner (POSIX ACL): {e}"
+                ),
+            )
+        },
+    )?;
+    let users = gpuq_sys::acl::named_users(f.as_fd())?;
+    let mode = f.metadata()?.mode() & 0o7777;
+    if users != [uid] || mode != 0o710 {
+        return Err(std::io::Error::other(format!(
+            "the agent's socket directory reads back as mode {mode:o}, named users {users:?}; expected 710 and [{uid}]"
+        )));
+    }
+    Ok(())
+}
+
+/// `open(2)` flags (nix's, as the `i32`s `custom_flags` takes).
+mod libc_flags {
+    pub const O_DIRECTORY: i32 = nix::fcntl::OFlag::O_DIRECTORY.bits();
+    pub const O_NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
+}
+
 fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
@@ -754,6 +797,70 @@ mod tests {
             .to_string();
         assert!(e.contains("names lease slurm8-100"), "{e}");
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn the_agent_socket_is_reached_by_the_job_s_owner_and_root_alone() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use std::os::unix::process::CommandExt;
+        if !nix::unistd::Uid::effective().is_root() {
+            gpuq_test_skip::cannot_run(
+                "the_agent_socket_is_reached_by_the_job_s_owner_and_root_alone",
+                "needs root (chown, processes as other users)",
+            );
+            return;
+        }
+        let (owner, other) = (61_093, 61_094);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let ad = dir.path().join("agent");
+        std::fs::create_dir(&ad).unwrap();
+        std::fs::set_permissions(&ad, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // The agent's socket, made 0666 as DAOS's agent makes it.
+        let sock = ad.join("daos_agent.sock");
+        let _agent = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let connect_as = |uid: u32| {
+            std::process::Command::new("/usr/bin/python3")
+                .args([
+                    "-c",
+                    "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])",
+                ])
+                .arg(&sock)
+                .uid(uid)
+                .gid(uid)
+                .output()
+                .expect("run /usr/bin/python3 (integration/install-deps installs it)")
+        };
+        // The hole as it was: a 0755 directory lets any user in.
+        assert!(connect_as(other).status.success());
+        super::owner_only_passage(&ad, owner).unwrap();
+        let m = std::fs::metadata(&ad).unwrap();
+        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o710, 0, 0));
+        let o = connect_as(owner);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let o = connect_as(other);
+        assert!(!o.status.success());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("PermissionError"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        std::os::unix::net::UnixStream::connect(&sock).expect("root reaches it");
+        // Done again (a retried step): the same.
+        super::owner_only_passage(&ad, owner).unwrap();
+        assert!(!connect_as(other).status.success());
+        // A symlink in the directory's place is not followed.
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&ad, &link).unwrap();
+        assert!(super::owner_only_passage(&link, other).is_err());
+        assert_eq!(gpuq_sys_users(&ad), vec![owner]);
+    }
+
+    fn gpuq_sys_users(p: &std::path::Path) -> Vec<u32> {
+        use std::os::fd::AsFd;
+        let f = std::fs::File::open(p).unwrap();
+        gpuq_sys::acl::named_users(f.as_fd()).unwrap()
     }
 
     #[test]

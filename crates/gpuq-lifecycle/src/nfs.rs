@@ -325,9 +325,23 @@ fn holds(pid: u32, points: &[PathBuf]) -> bool {
     })
 }
 
+/// Process `pid`'s real UID, from `/proc/PID/status` (`Uid:` real,
+/// effective, saved, filesystem). Not the owner of `/proc/PID`: a process
+/// that made itself non-dumpable (`prctl(PR_SET_DUMPABLE, 0)`, or one
+/// that changed its credentials) shows there as root's.
+fn real_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// Every process (but this one) holding something under `points`.
 fn holders(points: &[PathBuf]) -> Vec<Holder> {
-    use std::os::unix::fs::MetadataExt;
     let own = std::process::id();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -336,7 +350,7 @@ fn holders(points: &[PathBuf]) -> Vec<Holder> {
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| *pid != own && holds(*pid, points))
         .filter_map(|pid| {
-            let uid = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+            let uid = real_uid(pid)?;
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             Some(Holder {
                 pid,
@@ -359,14 +373,14 @@ fn holders(points: &[PathBuf]) -> Vec<Holder> {
         .collect()
 }
 
-/// End (SIGKILL) every process of `uid` (the job's owner) that holds
-/// something under `points`, each through a pidfd opened before it is
-/// looked at again (a reused PID is never hit), and wait for them (2 s at
-/// most; a process the kernel has not let go by then is named by the
-/// unmount's failure). Returns the ones ended.
+/// End (SIGKILL) every process whose real UID is `uid` (the job's owner)
+/// that holds something under `points` — a non-dumpable one included —,
+/// each through a pidfd opened before it is looked at again (a reused PID
+/// is never hit), and wait for them (2 s at most; a process the kernel has
+/// not let go by then is named by the unmount's failure). Returns the
+/// ones ended.
 fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
     use std::os::fd::AsFd;
-    use std::os::unix::fs::MetadataExt;
     let mut ended = Vec::new();
     let t = std::time::Instant::now();
     loop {
@@ -381,9 +395,7 @@ fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
             let Ok(fd) = gpuq_sys::proc::pidfd_open(h.pid) else {
                 continue;
             };
-            let same = std::fs::metadata(format!("/proc/{}", h.pid))
-                .is_ok_and(|m| m.uid() == h.uid)
-                && holds(h.pid, points);
+            let same = real_uid(h.pid) == Some(h.uid) && holds(h.pid, points);
             if same && gpuq_sys::proc::pidfd_kill(fd.as_fd()).is_ok() {
                 let said = h.to_string();
                 if !ended.contains(&said) {
@@ -488,6 +500,101 @@ fn unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A process working in `dir` that runs python3's `code` (its ctypes
+    /// and os reach prctl and setresuid: no unsafe code in this crate),
+    /// started as `uid` (root if `None`), once it says it is ready.
+    fn holder_in(dir: &Path, uid: Option<u32>, code: &str) -> std::process::Child {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new("/usr/bin/python3");
+        cmd.arg("-c")
+            .arg(format!(
+                "import ctypes, os, time\n{code}\nopen('ready', 'w').close()\ntime.sleep(120)"
+            ))
+            .current_dir(dir);
+        if let Some(u) = uid {
+            cmd.uid(u).gid(u);
+        }
+        let child = cmd
+            .spawn()
+            .expect("run /usr/bin/python3 (integration/install-deps installs it)");
+        let ready = dir.join("ready");
+        let t = std::time::Instant::now();
+        while !ready.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "the holder did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    }
+
+    #[test]
+    fn the_owner_s_processes_are_known_by_their_real_uid_whatever_proc_pid_shows() {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::ExitStatusExt;
+        if !nix::unistd::Uid::effective().is_root() {
+            gpuq_test_skip::cannot_run(
+                "nfs::tests::the_owner_s_processes_are_known_by_their_real_uid_whatever_proc_pid_shows",
+                "needs root (starts processes as other users)",
+            );
+            return;
+        }
+        let (owner, other) = (61_091, 61_092);
+        let d = tempfile::tempdir().unwrap();
+        let mount = d.path().join("mnt");
+        let dirs: Vec<PathBuf> = ["a", "b", "c"].iter().map(|n| mount.join(n)).collect();
+        for (p, uid) in dirs.iter().zip([owner, owner, other]) {
+            std::fs::create_dir_all(p).unwrap();
+            std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+        }
+        std::fs::set_permissions(
+            d.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        // The owner's process running a set-user-ID program (real uid the
+        // owner's, effective root's, as `su` or `mount.nfs` would be).
+        let mut setuid = holder_in(&dirs[0], None, &format!("os.setresuid({owner}, 0, 0)"));
+        // The owner's process that made itself non-dumpable.
+        let prctl = "assert ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0";
+        let mut hidden = holder_in(&dirs[1], Some(owner), prctl);
+        // Another user's, non-dumpable too.
+        let mut theirs = holder_in(&dirs[2], Some(other), prctl);
+        // What the old rule read, the owner of /proc/PID (the task's
+        // effective uid; fs/proc/base.c, task_dump_owner): root for the
+        // first, so it was never ended and the owner could hold the site.
+        let shown = std::fs::metadata(format!("/proc/{}", setuid.id()))
+            .unwrap()
+            .uid();
+        assert_eq!(shown, 0);
+        assert_eq!(real_uid(setuid.id()), Some(owner));
+        assert_eq!(real_uid(hidden.id()), Some(owner));
+        let ended = end_owner_holders(std::slice::from_ref(&mount), owner);
+        assert_eq!(ended.len(), 2, "{ended:?}");
+        for c in [&mut setuid, &mut hidden] {
+            let id = c.id();
+            assert!(
+                ended.iter().any(|e| e.contains(&format!("pid {id} "))),
+                "{id}: {ended:?}"
+            );
+            assert_eq!(c.wait().unwrap().signal(), Some(9));
+        }
+        // Another user's holder is not the owner's to end: it stays (the
+        // unmount's failure names it).
+        assert!(
+            theirs.try_wait().unwrap().is_none(),
+            "another user's process was ended"
+        );
+        let left = holders(std::slice::from_ref(&mount));
+        assert!(
+            left.iter().any(|h| h.pid == theirs.id() && h.uid == other),
+            "{left:?}"
+        );
+        theirs.kill().unwrap();
+        theirs.wait().unwrap();
+    }
 
     #[test]
     fn the_mount_data_names_the_server_and_never_a_host_name() {

@@ -35,6 +35,26 @@ pub fn owner_user_rw(uid: u32) -> Vec<u8> {
     v
 }
 
+/// The xattr value of `u::rwx, user:uid:--x, g::---, m::--x, o::---`: a
+/// directory its owner (root) uses and only `uid` besides may pass
+/// through — the lease's agent socket directory, whose socket DAOS makes
+/// 0666 (`daos_agent`'s `NewDomainSocketServer(..., 0666)`).
+pub fn owner_and_user_search(uid: u32) -> Vec<u8> {
+    let mut v = VERSION.to_le_bytes().to_vec();
+    for (tag, perm, id) in [
+        (USER_OBJ, 7u16, UNDEFINED_ID),
+        (USER, 1, uid),
+        (GROUP_OBJ, 0, UNDEFINED_ID),
+        (MASK, 1, UNDEFINED_ID),
+        (OTHER, 0, UNDEFINED_ID),
+    ] {
+        v.extend_from_slice(&tag.to_le_bytes());
+        v.extend_from_slice(&perm.to_le_bytes());
+        v.extend_from_slice(&id.to_le_bytes());
+    }
+    v
+}
+
 /// The named users the access ACL of the file `fd` holds (by an
 /// `O_PATH` descriptor too: read through `/proc/self/fd/N`, the
 /// descriptor's own inode).
