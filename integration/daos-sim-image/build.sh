@@ -32,6 +32,18 @@ while [ $# -gt 0 ]; do
 done
 target_dir=${CARGO_TARGET_DIR:-$repo/target}
 if [ -z "$bin" ]; then
+    # A build started from a test inherits that test's cargo variables
+    # (CARGO_MANIFEST_DIR, CARGO_PKG_*: each test crate its own). ring's
+    # build script reruns when CARGO_MANIFEST_DIR changes, so every caller
+    # in turn — the cluster tests, the site VM, the benchmarks, the image
+    # test — rebuilt ring, rustls and the simulator (about 60 s of CPU and
+    # 100 s each time; docs/testing.md, "Time"). The build sees none of them.
+    for v in $(compgen -e); do
+        case $v in
+            CARGO_HOME | CARGO_TARGET_DIR | CARGO_TERM_COLOR) ;;
+            CARGO_*) unset "$v" ;;
+        esac
+    done
     # The documented static build (glibc, static-pie).
     (cd "$repo" && RUSTFLAGS="-C target-feature=+crt-static" \
         "${CARGO:-cargo}" build -p daos-sim --release --target x86_64-unknown-linux-gnu)
