@@ -208,7 +208,7 @@ pub fn unmount_lease(mount_dir: &Path, lease: &str) -> Result<String, String> {
     // naming it.
     let points: Vec<PathBuf> = ours.iter().map(|m| PathBuf::from(&m.mountpoint)).collect();
     let ended = match owner_of(&dir) {
-        Some(uid) if !points.is_empty() => end_owner_holders(&points, uid),
+        Some(uid) if !points.is_empty() => end_owner_holders(&points, uid)?,
         _ => Vec::new(),
     };
     let mut did = Vec::new();
@@ -379,7 +379,7 @@ fn holders(points: &[PathBuf]) -> Vec<Holder> {
 /// is never hit), and wait for them (2 s at most; a process the kernel has
 /// not let go by then is named by the unmount's failure). Returns the
 /// ones ended.
-fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
+fn end_owner_holders(points: &[PathBuf], uid: u32) -> Result<Vec<String>, String> {
     use std::os::fd::AsFd;
     let mut ended = Vec::new();
     let t = std::time::Instant::now();
@@ -389,11 +389,14 @@ fn end_owner_holders(points: &[PathBuf], uid: u32) -> Vec<String> {
             .filter(|h| h.uid == uid)
             .collect();
         if left.is_empty() || t.elapsed() > Duration::from_secs(2) {
-            return ended;
+            return Ok(ended);
         }
         for h in left {
-            let Ok(fd) = gpuq_sys::proc::pidfd_open(h.pid) else {
-                continue;
+            let fd = match gpuq_sys::proc::pidfd_of_listed(h.pid)
+                .map_err(|e| format!("ending {h}, which holds a mount of the lease: {e}"))?
+            {
+                gpuq_sys::proc::Listed::Open(fd) => fd,
+                gpuq_sys::proc::Listed::Gone => continue,
             };
             let same = real_uid(h.pid) == Some(h.uid) && holds(h.pid, points);
             if same && gpuq_sys::proc::pidfd_kill(fd.as_fd()).is_ok() {
@@ -571,7 +574,7 @@ mod tests {
         assert_eq!(shown, 0);
         assert_eq!(real_uid(setuid.id()), Some(owner));
         assert_eq!(real_uid(hidden.id()), Some(owner));
-        let ended = end_owner_holders(std::slice::from_ref(&mount), owner);
+        let ended = end_owner_holders(std::slice::from_ref(&mount), owner).unwrap();
         assert_eq!(ended.len(), 2, "{ended:?}");
         for c in [&mut setuid, &mut hidden] {
             let id = c.id();

@@ -392,8 +392,15 @@ async fn end_link_processes(ctl_dir: &Path) {
             return;
         }
         for pid in left {
-            let Ok(fd) = gpuq_sys::proc::pidfd_open(pid) else {
-                continue;
+            let fd = match gpuq_sys::proc::pidfd_of_listed(pid) {
+                Ok(gpuq_sys::proc::Listed::Open(fd)) => fd,
+                Ok(gpuq_sys::proc::Listed::Gone) => continue,
+                Err(e) => {
+                    // Never a kill by PID: the closed link's ssh stays,
+                    // said loudly (the next link start tries again).
+                    tracing::error!(ctl = %ctl_dir.display(), "ssh processes of a closed link not ended: {e}");
+                    return;
+                }
             };
             if names_us(pid) {
                 use std::os::fd::AsFd;

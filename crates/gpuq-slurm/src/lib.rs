@@ -146,10 +146,15 @@ impl LocalSteps for SlurmSteps {
                 break;
             }
             listed = listed.max(pids.len());
-            let fds: Vec<(u32, std::os::fd::OwnedFd)> = pids
-                .into_iter()
-                .filter_map(|p| gpuq_sys::proc::pidfd_open(p).ok().map(|fd| (p, fd)))
-                .collect();
+            let mut fds: Vec<(u32, std::os::fd::OwnedFd)> = Vec::new();
+            for p in pids {
+                match gpuq_sys::proc::pidfd_of_listed(p)
+                    .map_err(|e| format!("ending job {job}'s processes on {node}: {e}"))?
+                {
+                    gpuq_sys::proc::Listed::Open(fd) => fds.push((p, fd)),
+                    gpuq_sys::proc::Listed::Gone => {}
+                }
+            }
             // The PIDs are the job's now that each pidfd is held.
             let still = slurmcmd::job_pids(&self.scontrol, job, node)
                 .await

@@ -65,6 +65,31 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// What a [`pidfd_of_listed`] found.
+#[derive(Debug)]
+pub enum Listed {
+    /// The process, held: its PID can no longer come to name another.
+    Open(OwnedFd),
+    /// It exited after it was listed (`ESRCH`).
+    Gone,
+}
+
+/// [`pidfd_open`] of a PID read from a listing (`/proc`, `scontrol
+/// listpids`). A process that exited since is [`Listed::Gone`]; any other
+/// failure is an error that says what it means — above all `ENOSYS`, a
+/// kernel without `pidfd_open` (before 5.3): the caller refuses rather
+/// than signal by PID, which could hit a process that reused it.
+pub fn pidfd_of_listed(pid: u32) -> Result<Listed, String> {
+    match pidfd_open(pid) {
+        Ok(fd) => Ok(Listed::Open(fd)),
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Ok(Listed::Gone),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Err(format!(
+            "cannot hold process {pid}: this kernel has no pidfd_open (Linux 5.3 or later needed); a process is never signalled by its PID alone"
+        )),
+        Err(e) => Err(format!("cannot hold process {pid}: pidfd_open: {e}")),
+    }
+}
+
 /// SIGKILL the process a pidfd names (`pidfd_send_signal(2)`, Linux ≥ 5.1):
 /// never another process, whatever became of its PID. `ESRCH` (it has
 /// exited) is success: the process is gone either way.
@@ -267,6 +292,20 @@ pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listed_process_is_held_gone_or_a_refusal_that_says_why() {
+        let me = std::process::id();
+        assert!(matches!(pidfd_of_listed(me), Ok(Listed::Open(_))));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        // Reaped: the PID names no process (unless reused at once, which
+        // would be Open: either is right, never an error).
+        assert!(pidfd_of_listed(pid).is_ok());
+        let e = pidfd_of_listed(0).unwrap_err();
+        assert!(e.contains("cannot hold process 0"), "{e}");
+    }
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
 
