@@ -679,7 +679,7 @@ fn owner_only_passage(dir: &Path, uid: u32) -> std::io::Result<()> {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
     let f = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc_flags::O_DIRECTORY | libc_flags::O_NOFOLLOW)
+        .custom_flags((nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW).bits())
         .open(dir)?;
     std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
     f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
@@ -701,12 +701,6 @@ fn owner_only_passage(dir: &Path, uid: u32) -> std::io::Result<()> {
         )));
     }
     Ok(())
-}
-
-/// `open(2)` flags (nix's, as the `i32`s `custom_flags` takes).
-mod libc_flags {
-    pub const O_DIRECTORY: i32 = nix::fcntl::OFlag::O_DIRECTORY.bits();
-    pub const O_NOFOLLOW: i32 = nix::fcntl::OFlag::O_NOFOLLOW.bits();
 }
 
 fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {

@@ -505,7 +505,7 @@ mod tests {
     use super::*;
 
     /// A process working in `dir` that runs python3's `code` (its ctypes
-    /// and os reach prctl and setresuid: no unsafe code in this crate),
+    /// and os reach prctl and setresuid, so this crate stays free of raw calls),
     /// started as `uid` (root if `None`), once it says it is ready.
     fn holder_in(dir: &Path, uid: Option<u32>, code: &str) -> std::process::Child {
         use std::os::unix::process::CommandExt;

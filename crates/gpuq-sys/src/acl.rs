@@ -18,16 +18,19 @@ const OTHER: u16 = 0x20;
 const UNDEFINED_ID: u32 = u32::MAX;
 const NAME: &str = "system.posix_acl_access";
 
-/// The xattr value of `u::rw, user:uid:rw, g::rw, m::rw, o::---`.
-pub fn owner_user_rw(uid: u32) -> Vec<u8> {
+/// The xattr value of `u::P, user:uid:P, g::P, m::P, o::P` with the
+/// permissions `perms` in that order (the kernel wants the entries sorted
+/// by tag).
+fn encode(uid: u32, perms: [u16; 5]) -> Vec<u8> {
     let mut v = VERSION.to_le_bytes().to_vec();
-    for (tag, perm, id) in [
-        (USER_OBJ, 6u16, UNDEFINED_ID),
-        (USER, 6, uid),
-        (GROUP_OBJ, 6, UNDEFINED_ID),
-        (MASK, 6, UNDEFINED_ID),
-        (OTHER, 0, UNDEFINED_ID),
-    ] {
+    let tags = [
+        (USER_OBJ, UNDEFINED_ID),
+        (USER, uid),
+        (GROUP_OBJ, UNDEFINED_ID),
+        (MASK, UNDEFINED_ID),
+        (OTHER, UNDEFINED_ID),
+    ];
+    for ((tag, id), perm) in tags.into_iter().zip(perms) {
         v.extend_from_slice(&tag.to_le_bytes());
         v.extend_from_slice(&perm.to_le_bytes());
         v.extend_from_slice(&id.to_le_bytes());
@@ -35,24 +38,17 @@ pub fn owner_user_rw(uid: u32) -> Vec<u8> {
     v
 }
 
+/// The xattr value of `u::rw, user:uid:rw, g::rw, m::rw, o::---`.
+pub fn owner_user_rw(uid: u32) -> Vec<u8> {
+    encode(uid, [6, 6, 6, 6, 0])
+}
+
 /// The xattr value of `u::rwx, user:uid:--x, g::---, m::--x, o::---`: a
 /// directory its owner (root) uses and only `uid` besides may pass
 /// through — the lease's agent socket directory, whose socket DAOS makes
 /// 0666 (`daos_agent`'s `NewDomainSocketServer(..., 0666)`).
 pub fn owner_and_user_search(uid: u32) -> Vec<u8> {
-    let mut v = VERSION.to_le_bytes().to_vec();
-    for (tag, perm, id) in [
-        (USER_OBJ, 7u16, UNDEFINED_ID),
-        (USER, 1, uid),
-        (GROUP_OBJ, 0, UNDEFINED_ID),
-        (MASK, 1, UNDEFINED_ID),
-        (OTHER, 0, UNDEFINED_ID),
-    ] {
-        v.extend_from_slice(&tag.to_le_bytes());
-        v.extend_from_slice(&perm.to_le_bytes());
-        v.extend_from_slice(&id.to_le_bytes());
-    }
-    v
+    encode(uid, [7, 1, 0, 1, 0])
 }
 
 /// The named users the access ACL of the file `fd` holds (by an
