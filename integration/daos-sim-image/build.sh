@@ -38,10 +38,12 @@ if [ -z "$bin" ]; then
     # in turn — the cluster tests, the site VM, the benchmarks, the image
     # test — rebuilt ring, rustls and the simulator (about 60 s of CPU and
     # 100 s each time; docs/testing.md, "Time"). The build sees none of them.
+    # Nor tests/run's clippy wrapper: its lints ran on this crate in the
+    # debug build already (the wrapper's path is part of cargo's hash).
     for v in $(compgen -e); do
         case $v in
             CARGO_HOME | CARGO_TARGET_DIR | CARGO_TERM_COLOR) ;;
-            CARGO_*) unset "$v" ;;
+            CARGO_* | RUSTC_WORKSPACE_WRAPPER | CLIPPY_ARGS) unset "$v" ;;
         esac
     done
     # The documented static build (glibc, static-pie).

@@ -399,8 +399,25 @@ impl Drop for Vm {
                 tail.join("\n")
             );
         }
+        // What the guest cost the host: its QEMU's CPU time (the suite is
+        // bound by CPU; docs/testing.md, "Time").
+        if let Some(cpu) = qemu_cpu_secs(&self.state) {
+            record_time(&format!("{cpu:.0} s  QEMU's CPU time (user + system)\n"));
+        }
         let _ = within(120, script("down")).arg(&self.state).status();
     }
+}
+
+/// The CPU seconds (user + system) the VM's QEMU has used so far, from
+/// `/proc/PID/stat` (fields 14 and 15, in clock ticks of 1/100 s on Linux).
+fn qemu_cpu_secs(state: &Path) -> Option<f64> {
+    let pid = std::fs::read_to_string(state.join("qemu.pid")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 const RUNNER_CHECKS: &[&str] = &[

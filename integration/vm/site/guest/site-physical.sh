@@ -46,8 +46,10 @@ fail() {
   exit 1
 }
 ok() { echo "SITE-CHECK $1 ok"; }
-# Seconds since the previous mark (per-step lifecycle times, docs/benchmarks.md).
-mark() { now=$(date +%s.%N); echo "SITE-TIME $1 $(awk -v a="$last" -v b="$now" 'BEGIN{printf "%.1f", b-a}')"; last=$now; }
+# Seconds since the previous mark (per-step lifecycle times,
+# docs/benchmarks.md), and since the script began (where a step restarts
+# its clock — `last=` — the untimed time between shows there).
+mark() { now=$(date +%s.%N); echo "SITE-TIME $1 $(awk -v a="$last" -v b="$now" -v t="$T0" 'BEGIN{printf "%.1f (at %.0f s)", b-a, b-t}')"; last=$now; }
 field() { printf '%s\n' "$1" | sed -n "s/^ *\"$2\": *\"\{0,1\}\([^,\"]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -n1; }
 as_alice() { (cd /w/alice && setpriv --reuid=61001 --regid=61001 --init-groups env HOME=/w/alice GPUQ_SOCKET=/run/gpuq-site/broker.sock "$@"); }
 gq() { GPUQ_SOCKET=/run/gpuq-site/broker.sock gpuq "$@"; }
