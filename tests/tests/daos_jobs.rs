@@ -19,7 +19,14 @@ use std::time::Duration;
 fn stor_is_refused_in_one_line_naming_what_each_node_s_kernel_lacks_and_nothing_is_stored() {
     require_cluster_env!();
     require_env!();
-    let s = Site::up("dj-stor");
+    // A --stor nfsrdma profile too (below: this host's own rule).
+    let s = Site::up_full("dj-stor", None, |d| {
+        format!(
+            "\n[daos.stor.nfs]\nkind = \"nfsrdma\"\nclient_address = \"{}\"\nmount_dir = \"{}\"\n",
+            addr("cxl2"),
+            d.join("stor").display()
+        )
+    });
     let a = alice();
     let w = s.b.workdir(Some(&a), "alice");
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
@@ -98,6 +105,44 @@ fn stor_is_refused_in_one_line_naming_what_each_node_s_kernel_lacks_and_nothing_
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
         .unwrap_or_default();
     assert_eq!(logs_before, logs_after);
+    // --stor nfsrdma where any user of this host could send from a port
+    // below 1024 (net.ipv4.ip_unprivileged_port_start in cxl2's network
+    // namespace, the broker's): the nodes' exports could not tell their
+    // owner's mounts from anyone's, so it is refused first — whatever
+    // the nodes' kernels offer — in one line naming the setting, and
+    // nothing is stored.
+    let ns = format!("/run/netns/{}", s.c.id.namespace("cxl2"));
+    let set = |v: u32| {
+        let st = std::process::Command::new("nsenter")
+            .arg(format!("--net={ns}"))
+            .args(["sh", "-c"])
+            .arg(format!(
+                "echo {v} >/proc/sys/net/ipv4/ip_unprivileged_port_start"
+            ))
+            .status()
+            .unwrap();
+        assert!(st.success(), "set ip_unprivileged_port_start in {ns}");
+    };
+    set(0);
+    let out = s.b.gpuq_in(
+        Some(&a),
+        &w,
+        &[],
+        &["submit", "--stor", "nfs", "--", "true"],
+    );
+    set(1024);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(
+            "--stor nfs: this host lets every user send from port 0 up (net.ipv4.ip_unprivileged_port_start = 0)"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("set it to 1024"), "{err}");
+    assert_eq!(s.b.job_count(), 0);
+    assert!(!s.b.path("stor").exists(), "a mount directory was made");
     s.assert_clean();
 }
 

@@ -239,6 +239,10 @@ impl Broker {
         Ok(done)
     }
 
+    pub(crate) fn runner(&self) -> &dyn Runner {
+        &*self.runner
+    }
+
     pub(crate) fn store(&self) -> &Store {
         &self.store
     }
@@ -365,7 +369,13 @@ impl Broker {
                     .collect(),
             ),
         };
-        let limit = crate::submit::check(&req, &self.cfg, &daos, stor_nodes)?;
+        let limit = crate::submit::check(
+            &req,
+            &self.cfg,
+            &daos,
+            stor_nodes,
+            &gpuq_lifecycle::nfs::privileged_ports_hold,
+        )?;
         if !peer.is_root() {
             if let Some(l) = self.lock_state() {
                 return Err(ApiError::Locked(format!(

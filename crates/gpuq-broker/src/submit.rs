@@ -26,14 +26,18 @@ pub enum Daos<'a> {
 }
 
 /// Check `req`; the job's time limit in seconds if it may be stored.
+/// `nfs_host`: whether this host can keep a `--stor nfsrdma` lease's
+/// exports to the owner (asked for such a submit only:
+/// [`gpuq_lifecycle::nfs::privileged_ports_hold`]).
 pub fn check(
     req: &SubmitRequest,
     cfg: &BrokerConfig,
     daos: &Daos<'_>,
     stor_nodes: Option<&StorNodes>,
+    nfs_host: &dyn Fn() -> Result<(), String>,
 ) -> Result<u64, ApiError> {
     let limit = fields(req, cfg)?;
-    kinds(req, daos, stor_nodes)?;
+    kinds(req, daos, stor_nodes, nfs_host)?;
     Ok(limit)
 }
 
@@ -84,6 +88,7 @@ fn kinds(
     req: &SubmitRequest,
     daos: &Daos<'_>,
     stor_nodes: Option<&StorNodes>,
+    nfs_host: &dyn Fn() -> Result<(), String>,
 ) -> Result<(), ApiError> {
     let bad = |m: String| Err(ApiError::BadRequest(m));
     if let Some(name) = &req.stor {
@@ -107,6 +112,15 @@ fn kinds(
             return Err(ApiError::NotEnabled(
                 cfg.daos_off(&format!("--stor {name}")),
             ));
+        }
+        // This host first: whatever the nodes offer, an export this host
+        // cannot keep to the owner is not stood up.
+        if kind == StorKind::Nfsrdma {
+            if let Err(why) = nfs_host() {
+                return Err(ApiError::NotEnabled(format!(
+                    "--stor {name}: {why}; meanwhile use --inst"
+                )));
+            }
         }
         if let Some(why) = stor_nodes.and_then(|n| nodes_lacking(kind, n)) {
             return Err(ApiError::NotEnabled(format!(
@@ -198,6 +212,11 @@ mod tests {
         }
     }
 
+    /// A host that keeps NFS exports to their owner.
+    fn fine() -> Result<(), String> {
+        Ok(())
+    }
+
     fn refused(r: Result<u64, ApiError>) -> (String, String) {
         let e = r.unwrap_err();
         let code = e.status_and_code().1.as_str().to_string();
@@ -210,10 +229,10 @@ mod tests {
     fn a_plain_request_gets_the_default_limit_or_its_own() {
         let c = cfg();
         let off = Daos::Off(&c);
-        assert_eq!(check(&req(&["true"]), &c, &off, None).unwrap(), 3600);
+        assert_eq!(check(&req(&["true"]), &c, &off, None, &fine).unwrap(), 3600);
         let mut r = req(&["true"]);
         r.time = Some("90m".into());
-        assert_eq!(check(&r, &c, &off, None).unwrap(), 5400);
+        assert_eq!(check(&r, &c, &off, None, &fine).unwrap(), 5400);
     }
 
     #[test]
@@ -314,7 +333,7 @@ mod tests {
             ),
         ];
         for (r, code, needle) in cases {
-            let (c2, msg) = refused(check(&r, &c, &off, None));
+            let (c2, msg) = refused(check(&r, &c, &off, None, &fine));
             assert_eq!(c2, code, "{msg}");
             assert!(msg.contains(needle), "{needle:?} not in {msg:?}");
         }
@@ -326,9 +345,9 @@ mod tests {
         let p = Daos::Profiles(vec!["inst1".into(), "inst2".into()], vec![]);
         let mut r = req(&["true"]);
         r.inst = Some("inst2".into());
-        assert!(check(&r, &c, &p, None).is_ok());
+        assert!(check(&r, &c, &p, None, &fine).is_ok());
         r.inst = Some("inst3".into());
-        let (code, msg) = refused(check(&r, &c, &p, None));
+        let (code, msg) = refused(check(&r, &c, &p, None, &fine));
         assert_eq!(code, "bad_request");
         assert!(msg.contains("configured: inst1, inst2"), "{msg}");
     }
@@ -359,7 +378,7 @@ mod tests {
         ];
         let mut r = req(&["true"]);
         r.stor = Some("lustre".into());
-        let (code, msg) = refused(check(&r, &c, &p, Some(&nodes)));
+        let (code, msg) = refused(check(&r, &c, &p, Some(&nodes), &fine));
         assert_eq!(code, "not_enabled");
         assert_eq!(
             msg,
@@ -368,7 +387,7 @@ mod tests {
         );
         // nvmeof: all four kernels have it but da4 did not answer.
         r.stor = Some("nvmeof".into());
-        let (_, msg) = refused(check(&r, &c, &p, Some(&nodes)));
+        let (_, msg) = refused(check(&r, &c, &p, Some(&nodes), &fine));
         assert!(
             msg.contains("(da4: not reachable: ssh: timed out)"),
             "{msg}"
@@ -379,7 +398,7 @@ mod tests {
             .iter()
             .map(|n| (n.to_string(), Ok(kernel(yes()))))
             .collect();
-        let (code, msg) = refused(check(&r, &c, &p, Some(&all)));
+        let (code, msg) = refused(check(&r, &c, &p, Some(&all), &fine));
         assert_eq!(code, "not_enabled");
         assert!(msg.contains("not enabled on this broker yet"), "{msg}");
         // With the profile: accepted; with --inst too: refused.
@@ -387,19 +406,55 @@ mod tests {
             vec!["inst1".into()],
             vec![("nvmeof".into(), StorKind::Nvmeof)],
         );
-        assert!(check(&r, &c, &with, Some(&all)).is_ok());
-        let (code, msg) = refused(check(&r, &c, &with, Some(&nodes)));
+        assert!(check(&r, &c, &with, Some(&all), &fine).is_ok());
+        let (code, msg) = refused(check(&r, &c, &with, Some(&nodes), &fine));
         assert_eq!(code, "not_enabled", "{msg}");
         r.inst = Some("inst1".into());
-        let (code, msg) = refused(check(&r, &c, &with, Some(&all)));
+        let (code, msg) = refused(check(&r, &c, &with, Some(&all), &fine));
         assert_eq!(code, "bad_request");
         assert!(msg.contains("cannot go together"), "{msg}");
         r.inst = None;
         // Without [daos] there are no nodes to ask: the config's reason.
-        let (_, msg) = refused(check(&r, &c, &Daos::Off(&c), None));
+        let (_, msg) = refused(check(&r, &c, &Daos::Off(&c), None, &fine));
         assert!(
             msg.contains("--stor nvmeof") && msg.contains("no [daos]"),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn stor_nfsrdma_is_refused_first_where_this_host_cannot_keep_the_export_to_its_owner() {
+        let c = cfg();
+        let p = Daos::Profiles(
+            vec![],
+            vec![
+                ("nfs".into(), StorKind::Nfsrdma),
+                ("nvme".into(), StorKind::Nvmeof),
+            ],
+        );
+        let no_host = || Err("this host lets every user send from port 0 up".to_string());
+        let asked = std::cell::Cell::new(0);
+        let counted = || {
+            asked.set(asked.get() + 1);
+            no_host()
+        };
+        // Whatever the nodes said (here: none answered), the host's rule
+        // is named first, in one line.
+        let lost: Vec<(String, Result<StorKernel, String>)> =
+            vec![("da1".into(), Err("not reachable".into()))];
+        let mut r = req(&["true"]);
+        r.stor = Some("nfs".into());
+        let (code, msg) = refused(check(&r, &c, &p, Some(&lost), &counted));
+        assert_eq!(code, "not_enabled");
+        assert_eq!(
+            msg,
+            "--stor nfs: this host lets every user send from port 0 up; meanwhile use --inst"
+        );
+        // Another kind, or a job without --stor, never asks.
+        r.stor = Some("nvme".into());
+        let (_, msg) = refused(check(&r, &c, &p, Some(&lost), &counted));
+        assert!(msg.contains("da1: not reachable"), "{msg}");
+        assert!(check(&req(&["true"]), &c, &p, None, &counted).is_ok());
+        assert_eq!(asked.get(), 1);
     }
 }

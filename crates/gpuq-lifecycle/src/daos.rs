@@ -544,6 +544,9 @@ impl Daos {
         local: &dyn LocalSteps,
     ) -> Result<Vec<(String, String)>, DaosError> {
         let client = nfs.client_address.to_string();
+        // Checked at submit; again here, before any node makes anything
+        // (the setting may have changed while the job waited).
+        crate::nfs::privileged_ports_hold().map_err(DaosError::Stor)?;
         let exports = until(stop, lc.nfs_export_all(l, &client, uid, gid, local)).await??;
         if stop.as_ref().is_some_and(|s| *s.borrow()) {
             return Err(DaosError::Stopped);

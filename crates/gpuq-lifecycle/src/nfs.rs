@@ -26,6 +26,44 @@ pub fn has_rdma() -> bool {
     std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some())
 }
 
+/// From which port up any user of this host may bind, in this network
+/// namespace (the broker's: where the mounts start).
+const UNPRIVILEGED_PORT_START: &str = "/proc/sys/net/ipv4/ip_unprivileged_port_start";
+
+/// Whether this host can keep a lease's exports to its owner. The nodes'
+/// exports are secure (never `insecure`: the kernel server takes AUTH_SYS
+/// only from a source port below 1024) and admit this host's address
+/// alone; what tells the owner's mounts (made by root, from a reserved
+/// port) from any other user's is that no user here can send from a port
+/// below 1024. Where `net.ipv4.ip_unprivileged_port_start` is lowered, any
+/// user could reach an export as the owner: refused, with what to do.
+pub fn privileged_ports_hold() -> Result<(), String> {
+    match std::fs::read_to_string(UNPRIVILEGED_PORT_START) {
+        Ok(text) => privileged_ports_rule(&text),
+        // Kernels before 4.11 have no such setting: 1024, fixed.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!(
+            "cannot read {UNPRIVILEGED_PORT_START} ({e}), so whether any user here can send from a port below 1024 is unknown"
+        )),
+    }
+}
+
+/// [`privileged_ports_hold`] for the setting's text.
+fn privileged_ports_rule(text: &str) -> Result<(), String> {
+    match text.trim().parse::<u32>() {
+        Ok(n) if n >= 1024 => Ok(()),
+        Ok(n) => Err(format!(
+            "this host lets every user send from port {n} up (net.ipv4.ip_unprivileged_port_start = {n}), \
+             so the nodes' NFS servers could not tell another user's requests from the owner's; \
+             ask the operator to set it to 1024 (sysctl, and in /etc/sysctl.d)"
+        )),
+        Err(_) => Err(format!(
+            "{UNPRIVILEGED_PORT_START} holds {:?}, not a port number",
+            text.trim()
+        )),
+    }
+}
+
 /// The lease's directory of mounts.
 pub fn lease_dir(mount_dir: &Path, lease: &str) -> PathBuf {
     mount_dir.join(lease)
@@ -597,6 +635,30 @@ mod tests {
         );
         theirs.kill().unwrap();
         theirs.wait().unwrap();
+    }
+
+    #[test]
+    fn only_a_host_where_no_user_can_send_from_below_1024_keeps_an_export_to_its_owner() {
+        assert_eq!(privileged_ports_rule("1024\n"), Ok(()));
+        assert_eq!(privileged_ports_rule("2000\n"), Ok(()));
+        for low in ["0\n", "80\n", "1023\n"] {
+            let e = privileged_ports_rule(low).unwrap_err();
+            assert!(
+                e.contains(&format!(
+                    "net.ipv4.ip_unprivileged_port_start = {}",
+                    low.trim()
+                )),
+                "{e}"
+            );
+            assert!(e.contains("set it to 1024"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert!(privileged_ports_rule("x")
+            .unwrap_err()
+            .contains("not a port number"));
+        // This machine's own setting is read and judged (whatever it is).
+        let here = std::fs::read_to_string(UNPRIVILEGED_PORT_START).unwrap();
+        assert_eq!(privileged_ports_hold(), privileged_ports_rule(&here));
     }
 
     #[test]
