@@ -234,6 +234,9 @@ pub fn activation_plan(p: &gpuq_protocol::node::SitePlan) -> String {
         for f in &plan.foreign_processes {
             let _ = writeln!(o, "  DAOS process outside gpuq's containers: {}", esc(f));
         }
+        for r in &plan.accepted_risks {
+            let _ = writeln!(o, "  ACCEPTED RISK (this node's configuration): {}", esc(r));
+        }
         let _ = writeln!(o, "  an activation would, in order:");
         for (i, s) in plan.steps.iter().enumerate() {
             let _ = writeln!(o, "    {}. {}", i + 1, esc(s));
@@ -438,6 +441,13 @@ pub fn daos_status(v: &serde_json::Value) -> String {
                 yes("lustre_server")
             );
         }
+        for r in st["accepted_risks"].as_array().into_iter().flatten() {
+            let _ = writeln!(
+                o,
+                "      ACCEPTED RISK (this node's configuration): {}",
+                s(r)
+            );
+        }
     }
     o
 }
@@ -630,7 +640,7 @@ pub fn usage(r: &gpuq_protocol::UsageReport) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{activation, activation_plan, esc};
+    use super::{activation, activation_plan, daos_status, esc};
 
     #[test]
     fn stats_print_a_row_per_user_and_the_total_with_names_escaped() {
@@ -819,6 +829,7 @@ mod tests {
                         steps: vec!["discard all of /dev/nvme0n1".into()],
                         claim: None,
                         refusals: vec![],
+                        accepted_risks: vec!["stor.nfs: NFS over RDMA with AUTH_SYS: …".into()],
                     }),
                     error: None,
                 },
@@ -840,6 +851,12 @@ mod tests {
         assert!(text.contains("on it now: xfs superblock at 0"), "{text}");
         assert!(text.contains("1. discard all of /dev/nvme0n1"), "{text}");
         assert!(
+            text.contains(
+                "  ACCEPTED RISK (this node's configuration): stor.nfs: NFS over RDMA with AUTH_SYS: …\n"
+            ),
+            "{text}"
+        );
+        assert!(
             text.contains("da2:\n  no plan: link: ssh refused"),
             "{text}"
         );
@@ -848,5 +865,29 @@ mod tests {
             "{text}"
         );
         assert_eq!(plan.refusals(), vec!["da2: link: ssh refused".to_string()]);
+    }
+
+    #[test]
+    fn daos_status_shows_each_node_s_accepted_risks_escaped() {
+        let v = serde_json::json!({
+            "lease": null,
+            "nodes": [
+                {"node": "da1", "link": "up", "status": {
+                    "helper_version": "0.1.0", "podman_api_version": "4.3.1",
+                    "containers": [], "pins": [],
+                    "accepted_risks": ["stor.nfs: NFS over RDMA \u{1b}[2J with AUTH_SYS"]}},
+                {"node": "da2", "link": "up", "status": {
+                    "helper_version": "0.1.0", "podman_api_version": "4.3.1",
+                    "containers": [], "pins": []}}
+            ]
+        });
+        let text = daos_status(&v);
+        assert_eq!(text.matches("ACCEPTED RISK").count(), 1, "{text}");
+        assert!(
+            text.contains(
+                "      ACCEPTED RISK (this node's configuration): stor.nfs: NFS over RDMA \\u{1b}[2J with AUTH_SYS\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -91,6 +91,7 @@ pub async fn plan(cfg: &ServiceConfig) -> ActivationPlan {
         foreign_processes,
         steps,
         refusals,
+        accepted_risks: cfg.accepted_risks(),
     }
 }
 

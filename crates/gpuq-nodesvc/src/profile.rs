@@ -158,10 +158,12 @@ struct RawFile {
 ///
 /// [stor.nfsrdma]
 /// kind = "nfsrdma"
-/// transport = "rdma"       # or "tcp"; an RDMA listener adds 20049
+/// transport = "tcp"        # or "rdma" (an RDMA listener on 20049 too:
+///                          # only with the key below)
 /// address = "10.0.0.11"
 /// port = 2049              # the TCP listener (default 2049)
 /// mkfs_image = "sha256:<64 hex>"   # the image whose mkfs.xfs makes each filesystem
+/// # rdma_any_client_user_is_owner = true
 /// ```
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,7 +173,20 @@ struct RawStor {
     address: std::net::IpAddr,
     port: Option<u16>,
     mkfs_image: Option<String>,
+    /// `nfsrdma` over `rdma` only: the operator's acceptance of what NFS
+    /// over RDMA with AUTH_SYS means ([`RDMA_AUTH_SYS`]).
+    rdma_any_client_user_is_owner: Option<bool>,
 }
+
+/// Why `--stor nfsrdma` over RDMA needs the operator's word: the kernel
+/// NFS server counts every RPC-over-RDMA request as coming from a
+/// privileged port (svc_rdma sets the secure flag for every transport),
+/// and AUTH_SYS takes the uid from the client, so any user of the job's
+/// host who can open an RDMA connection can act as the lease's owner on
+/// its export. gpuq mounts with `sec=sys` (no Kerberos). Said in the
+/// refusal, the node's status and the activation plan.
+pub const RDMA_AUTH_SYS: &str = "over RDMA the kernel NFS server counts every request as from a privileged port, \
+     so any user of the job's host with RDMA access could act as the lease's owner (AUTH_SYS; gpuq has no Kerberos)";
 
 /// One `[stor.NAME]`'s kind-specific part.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,6 +209,10 @@ pub struct StorProfile {
     pub address: std::net::IpAddr,
     pub port: u16,
     pub detail: StorDetail,
+    /// What the operator accepted against the default (each one line,
+    /// shown in the node's status and the activation plan): today, NFS
+    /// over RDMA with AUTH_SYS.
+    pub accepted_risks: Vec<String>,
 }
 
 /// `[client]`: this host also serves the client side of a lease (a GPU
@@ -245,6 +264,15 @@ pub struct ServiceConfig {
 }
 
 impl ServiceConfig {
+    /// What this node's operator accepted against the default, one line
+    /// each (every `[stor.NAME]`'s): for the status and the plan.
+    pub fn accepted_risks(&self) -> Vec<String> {
+        self.stor
+            .values()
+            .flat_map(|p| p.accepted_risks.iter().cloned())
+            .collect()
+    }
+
     /// Read (only if root alone could have written it: it decides which
     /// devices this node may discard) and parse.
     pub fn load(path: &Path) -> Result<Self, ProfileError> {
@@ -437,6 +465,27 @@ impl ServiceConfig {
                     "expected this node's storage address, not a wildcard".into(),
                 ));
             }
+            let nfs_over_rdma = kind == StorKind::Nfsrdma && p.transport == "rdma";
+            let accepted_risks = match (nfs_over_rdma, p.rdma_any_client_user_is_owner) {
+                (true, Some(true)) => vec![format!(
+                    "stor.{name}: NFS over RDMA with AUTH_SYS: {RDMA_AUTH_SYS} (rdma_any_client_user_is_owner = true)"
+                )],
+                (true, _) => {
+                    return Err(invalid(
+                        key("transport"),
+                        format!(
+                            "\"rdma\": {RDMA_AUTH_SYS}; use \"tcp\", or accept that with rdma_any_client_user_is_owner = true"
+                        ),
+                    ))
+                }
+                (false, None) => Vec::new(),
+                (false, Some(_)) => {
+                    return Err(invalid(
+                        key("rdma_any_client_user_is_owner"),
+                        "only a --stor nfsrdma profile over transport = \"rdma\" takes it".into(),
+                    ))
+                }
+            };
             stor.insert(
                 name.clone(),
                 StorProfile {
@@ -446,6 +495,7 @@ impl ServiceConfig {
                     address: p.address,
                     port,
                     detail,
+                    accepted_risks,
                 },
             );
         }
@@ -552,7 +602,7 @@ test_dir = "/var/lib/gpuqueue-daos-test"
         let dev = "[[devices]]\nserial = \"S1\"\npci = \"0000:00:11.0\"\nnsid = 1\nsize_bytes = 1073741824\n";
         let id = format!("sha256:{}", "cd".repeat(32));
         let c = parse(&format!(
-            "{dev}[stor.nfs]\nkind = \"nfsrdma\"\ntransport = \"rdma\"\naddress = \"10.0.0.11\"\nmkfs_image = \"{id}\"\n"
+            "{dev}[stor.nfs]\nkind = \"nfsrdma\"\ntransport = \"tcp\"\naddress = \"10.0.0.11\"\nmkfs_image = \"{id}\"\n"
         ))
         .unwrap();
         let p = &c.stor["nfs"];
@@ -560,10 +610,58 @@ test_dir = "/var/lib/gpuqueue-daos-test"
             (p.kind, p.port),
             (gpuq_protocol::node::StorKind::Nfsrdma, 2049)
         );
+        assert!(p.accepted_risks.is_empty());
         match &p.detail {
             StorDetail::Nfs { mkfs_image } => assert_eq!(mkfs_image.to_string(), id),
             d => panic!("{d:?}"),
         }
+    }
+
+    #[test]
+    fn nfs_over_rdma_is_refused_unless_the_operator_accepts_that_any_client_user_may_act_as_the_owner(
+    ) {
+        let dev = "[[devices]]\nserial = \"S1\"\npci = \"0000:00:11.0\"\nnsid = 1\nsize_bytes = 1073741824\n";
+        let id = format!("sha256:{}", "cd".repeat(32));
+        let nfs = |extra: &str| {
+            parse(&format!(
+                "{dev}[stor.nfs]\nkind = \"nfsrdma\"\naddress = \"10.0.0.11\"\nmkfs_image = \"{id}\"\n{extra}\n"
+            ))
+        };
+        // RDMA without the key, or with it false: refused in one line
+        // saying why and what to do.
+        for extra in [
+            "transport = \"rdma\"",
+            "transport = \"rdma\"\nrdma_any_client_user_is_owner = false",
+        ] {
+            let e = nfs(extra).unwrap_err().to_string();
+            assert!(e.contains("stor.nfs.transport"), "{e}");
+            assert!(
+                e.contains("privileged port") && e.contains("use \"tcp\""),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // Accepted: the profile says so, for the status and the plan.
+        let c = nfs("transport = \"rdma\"\nrdma_any_client_user_is_owner = true").unwrap();
+        let p = &c.stor["nfs"];
+        assert_eq!(p.transport, "rdma");
+        assert_eq!(p.accepted_risks.len(), 1);
+        assert!(
+            p.accepted_risks[0].starts_with("stor.nfs: NFS over RDMA with AUTH_SYS: "),
+            "{:?}",
+            p.accepted_risks
+        );
+        // The key anywhere else is a mistake, not a no-op.
+        let e = nfs("transport = \"tcp\"\nrdma_any_client_user_is_owner = true")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stor.nfs.rdma_any_client_user_is_owner"), "{e}");
+        let e = parse(&format!(
+            "{dev}[stor.nv]\nkind = \"nvmeof\"\ntransport = \"rdma\"\naddress = \"10.0.0.11\"\nrdma_any_client_user_is_owner = true\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("stor.nv.rdma_any_client_user_is_owner"), "{e}");
     }
 
     #[test]

@@ -335,6 +335,7 @@ impl<P: Podman> NodeService<P> {
             })
             .await
             .ok(),
+            accepted_risks: self.cfg.accepted_risks(),
         })
     }
 

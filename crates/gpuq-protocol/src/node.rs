@@ -252,6 +252,10 @@ pub struct NodeStatus {
     /// absent from a helper older than the report.
     #[serde(default)]
     pub kernel: Option<StorKernel>,
+    /// What the node's operator accepted against the default, one line
+    /// each (NFS over RDMA with AUTH_SYS); absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_risks: Vec<String>,
 }
 
 /// What the running kernel of a node offers each `--stor` kind, from its
@@ -638,6 +642,10 @@ pub struct ActivationPlan {
     /// be asked about, devices that cannot be inspected, a device another
     /// check than its signature refuses); empty: it would proceed here.
     pub refusals: Vec<String>,
+    /// What the node's operator accepted against the default, one line
+    /// each (as in its status); absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accepted_risks: Vec<String>,
 }
 
 /// One allowlisted device in a plan.
