@@ -162,6 +162,30 @@ fn daos_exec_refuses_callers_outside_their_own_running_daos_job() {
     let out =
         s.b.gpuq_in(Some(&a), &wa, &[], &["daos-exec", "--", "true"]);
     assert_eq!(out.status.code(), Some(1));
+    // And so is her shell in a cgroup *named* like her job's that its
+    // runner did not make (as a user can make one in a delegated subtree,
+    // or a user unit of that name): the name alone once let it in.
+    let fake = FakeJobCgroup::new(id);
+    let out = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ >\"$0\" && exec setpriv --reuid=61001 --regid=61001 --groups=61001 \"$@\"",
+        ])
+        .arg(fake.procs())
+        .arg(gpuq())
+        .args(["daos-exec", "--", "true"])
+        .current_dir(&wa)
+        .env("GPUQ_SOCKET", &s.b.socket)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("only inside a running --inst job"),
+        "{}",
+        stderr(&out)
+    );
+    drop(fake);
     // No client container was made for any of these.
     assert!(
         !s.containers("cxl2").iter().any(|c| c.contains("-client-")),
@@ -749,4 +773,32 @@ fn a_swap_between_the_check_and_the_mount_changes_nothing_that_is_mounted() {
         .unwrap_or_default();
     assert!(left.is_empty(), "left in {}: {left:?}", staging.display());
     s.assert_clean();
+}
+
+/// A cgroup `<cgroup2>/gpuq-test-fake-<pid>/gpuq-job-<id>`, made by the
+/// test (not by any runner); removed on drop (its processes have ended).
+struct FakeJobCgroup(std::path::PathBuf);
+
+impl FakeJobCgroup {
+    fn new(id: u64) -> Self {
+        let top = cgroup2_root()
+            .expect("a cgroup2 mount")
+            .join(format!("gpuq-test-fake-{}", std::process::id()));
+        let leaf = top.join(format!("gpuq-job-{id}"));
+        std::fs::create_dir_all(&leaf).expect("make the fake job cgroup");
+        FakeJobCgroup(leaf)
+    }
+
+    fn procs(&self) -> std::path::PathBuf {
+        self.0.join("cgroup.procs")
+    }
+}
+
+impl Drop for FakeJobCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+        if let Some(top) = self.0.parent() {
+            let _ = std::fs::remove_dir(top);
+        }
+    }
 }

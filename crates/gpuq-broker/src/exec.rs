@@ -339,13 +339,56 @@ impl Broker {
         }
     }
 
+    /// The gpuq job the calling process belongs to, as its runner placed
+    /// it: the job its cgroup names ([`job_of_pid`]), confirmed by the
+    /// runner (a cgroup or user unit merely *named* like the job's is
+    /// another). The process is held by a pidfd from before its cgroup is
+    /// read until the runner has answered; should it end meanwhile, its
+    /// PID could have come to name another process, and the call is
+    /// refused. (Its PID is the kernel's record of who connected; a PID
+    /// reused between the connect and the pidfd is left: only the same
+    /// user's own process could gain, and then only their own job.)
+    async fn caller_job(&self, peer: &Peer) -> Result<Option<JobId>, ApiError> {
+        let Some(pid) = peer.pid.and_then(|p| u32::try_from(p).ok()) else {
+            return Ok(None);
+        };
+        let held = match gpuq_sys::proc::pidfd_of_listed(pid) {
+            Ok(gpuq_sys::proc::Listed::Open(fd)) => fd,
+            Ok(gpuq_sys::proc::Listed::Gone) => {
+                return Err(refuse("the calling process has ended".into()))
+            }
+            // Without pidfds (before Linux 5.3) the caller cannot be held:
+            // refused, never decided on a PID alone.
+            Err(why) => return Err(ApiError::Conflict(format!("daos-exec: {why}"))),
+        };
+        let Some(id) = job_of_pid(peer.pid.unwrap_or_default()) else {
+            return Ok(None);
+        };
+        let ours = self.runner().holds(id, pid).await?;
+        let ended = gpuq_sys::proc::pidfd_exited(std::os::fd::AsFd::as_fd(&held)).unwrap_or(true);
+        if ended {
+            return Err(refuse(
+                "the calling process ended while it was checked; run daos-exec again".into(),
+            ));
+        }
+        if !ours {
+            tracing::warn!(
+                pid,
+                job = %id,
+                "daos-exec: the caller's cgroup is named like job {id}'s, but the job's runner did not put it there: taken as outside any job"
+            );
+            return Ok(None);
+        }
+        Ok(Some(id))
+    }
+
     /// The running DAOS job the caller may exec into.
     /// The job whose DAOS system the caller's command gets: a Slurm DAOS
     /// job the caller's process belongs to (when `[slurm] config` is set;
     /// Slurm's slurmstepd says so, not the caller), else gpuq's own
     /// running `--inst` job as before.
     async fn exec_target(&self, peer: &Peer) -> Result<Target, ApiError> {
-        let in_job = peer.pid.and_then(job_of_pid);
+        let in_job = self.caller_job(peer).await?;
         if let (None, Some(cfg), Some(pid)) = (
             in_job,
             self.slurm(),

@@ -115,6 +115,16 @@ pub fn pidfd_kill(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the process a pidfd names has exited (a pidfd polls readable
+/// from its exit on, zombie included): asked after a check made by PID,
+/// to know the PID still named that process all through the check.
+pub fn pidfd_exited(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+    let n = poll(&mut fds, PollTimeout::ZERO).map_err(io::Error::from)?;
+    Ok(n > 0)
+}
+
 /// Waits, on the tokio runtime, for a process to exit: a [`pidfd_open`]
 /// registered with the runtime's reactor.
 #[derive(Debug)]
@@ -292,6 +302,23 @@ pub fn install_child_setup(cmd: &mut Command, setup: ChildSetup) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_pidfd_says_its_process_exited_once_it_has_and_not_before() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let fd = match pidfd_of_listed(child.id()).unwrap() {
+            Listed::Open(fd) => fd,
+            Listed::Gone => panic!("a running child is gone"),
+        };
+        assert!(!pidfd_exited(fd.as_fd()).unwrap());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(pidfd_exited(fd.as_fd()).unwrap());
+    }
 
     #[test]
     fn a_listed_process_is_held_gone_or_a_refusal_that_says_why() {
@@ -307,7 +334,6 @@ mod tests {
         assert!(e.contains("cannot hold process 0"), "{e}");
     }
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
 
     fn readable(fd: &OwnedFd, ms: u16) -> bool {
         let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];

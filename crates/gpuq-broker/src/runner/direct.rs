@@ -139,6 +139,21 @@ impl Runner for DirectRunner {
         "direct"
     }
 
+    /// Listed in the `cgroup.procs` of the cgroup this runner made (a
+    /// job's processes cannot make cgroups below it: it is root's).
+    async fn holds(&self, id: JobId, pid: u32) -> Result<bool, RunnerError> {
+        let procs = self.cgroup(id).join("cgroup.procs");
+        match std::fs::read_to_string(&procs) {
+            Ok(text) => Ok(text.lines().any(|l| l.trim().parse() == Ok(pid))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(source) => Err(RunnerError::Io {
+                id,
+                what: format!("read {}", procs.display()),
+                source,
+            }),
+        }
+    }
+
     async fn start(&self, spec: &JobSpec, log: File) -> Result<(), RunnerError> {
         let id = spec.id;
         let io = |what: String| move |source| RunnerError::Io { id, what, source };

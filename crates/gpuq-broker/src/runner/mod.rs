@@ -83,4 +83,9 @@ pub trait Runner: Send + Sync + std::fmt::Debug {
     async fn kill(&self, id: JobId) -> Result<(), RunnerError>;
     /// Forget the job (cgroup, unit, records). Only after it has ended.
     async fn release(&self, id: JobId) -> Result<(), RunnerError>;
+    /// Whether process `pid` is one of the job's, as this runner placed
+    /// it (the cgroup it made, the unit systemd made for it): a cgroup
+    /// path that merely *names* the job is not enough (a user can make one
+    /// in a delegated subtree, or a user unit of that name).
+    async fn holds(&self, id: JobId, pid: u32) -> Result<bool, RunnerError>;
 }

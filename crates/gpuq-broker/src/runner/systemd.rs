@@ -632,6 +632,26 @@ impl Runner for SystemdRunner {
         }
     }
 
+    /// systemd's own answer: the unit `GetUnitByPID` names for `pid` is
+    /// the job's unit (a user unit of the same name is another object).
+    async fn holds(&self, id: JobId, pid: u32) -> Result<bool, RunnerError> {
+        let Some(unit) = self.unit(id).await? else {
+            return Ok(false);
+        };
+        match self.manager("GetUnitByPID", &(pid,)).await {
+            Ok(m) => {
+                let of_pid: OwnedObjectPath = m.body().deserialize().map_err(err)?;
+                Ok(of_pid == unit)
+            }
+            Err(zbus::Error::MethodError(name, _, _))
+                if name.as_str() == "org.freedesktop.systemd1.NoUnitForPID" =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
     async fn alive(&self, id: JobId) -> Result<bool, RunnerError> {
         Ok(match self.states(id).await? {
             None => false,
