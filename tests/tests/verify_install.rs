@@ -292,6 +292,39 @@ fn verify_install_is_ok_then_names_exactly_the_changed_file_the_skewed_node_and_
     );
     std::fs::write(&helper, &original).unwrap();
 
+    // The package's bytes, but da4's helper another user's, and da1's
+    // node.toml writable by all: each named, exit 1 (whoever could write
+    // them could change what root runs or reads).
+    let helper4 = node_root(&s.c, "da4").join("usr/sbin/gpuq-node");
+    let conf1 = node_root(&s.c, "da1").join("etc/gpuqueue-daos/node.toml");
+    let conf1_mode = std::fs::metadata(&conf1).unwrap().permissions();
+    std::os::unix::fs::chown(&helper4, Some(61002), None).unwrap();
+    std::fs::set_permissions(&conf1, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let (out, v) = verify(&s, None, PLAIN_PATH);
+    std::os::unix::fs::chown(&helper4, Some(0), None).unwrap();
+    std::fs::set_permissions(&conf1, conf1_mode).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    let mut f = findings(&v);
+    f.sort();
+    assert_eq!(
+        f,
+        vec![
+            (
+                "da1".into(),
+                "/etc/gpuqueue-daos/node.toml".into(),
+                "permissions".into()
+            ),
+            (
+                "da4".into(),
+                "/usr/sbin/gpuq-node".into(),
+                "permissions".into()
+            ),
+        ],
+        "{v}"
+    );
+    let (out, v) = verify(&s, None, PLAIN_PATH);
+    assert!(out.status.success(), "{v}");
+
     // da2's manifest says another version: skew on da2, nothing else.
     write_manifest(
         &node_root(&s.c, "da2"),

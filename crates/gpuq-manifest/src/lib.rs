@@ -140,6 +140,13 @@ pub enum Finding {
     Unreadable {
         error: String,
     },
+    /// The content is the package's, but not its owner or mode: not
+    /// root's, or another mode than the package's (a configuration file:
+    /// writable by group or others). Whoever could write it could change
+    /// what root runs or reads.
+    Permissions {
+        found: String,
+    },
 }
 
 impl Finding {
@@ -321,10 +328,22 @@ impl Manifest {
             .iter()
             .map(|e| {
                 let on_host = prefix.join(e.path.trim_start_matches('/'));
-                let finding = match sha256_file(&on_host) {
-                    Ok(sum) if sum == e.sha256 => Finding::Ok,
-                    Ok(sum) if e.config => Finding::ConfigChanged { found: sum },
-                    Ok(sum) => Finding::Modified { found: sum },
+                let hashed = open_regular(&on_host).and_then(|(mut f, meta)| {
+                    let sum = sha256_reader(&mut f).map_err(|source| Error::Io {
+                        path: on_host.clone(),
+                        source,
+                    })?;
+                    Ok((sum, meta))
+                });
+                let finding = match hashed {
+                    Ok((sum, meta)) if sum == e.sha256 || e.config => {
+                        match permissions(e, meta.uid(), meta.gid(), meta.mode() & 0o7777) {
+                            Some(found) => Finding::Permissions { found },
+                            None if sum == e.sha256 => Finding::Ok,
+                            None => Finding::ConfigChanged { found: sum },
+                        }
+                    }
+                    Ok((sum, _)) => Finding::Modified { found: sum },
                     Err(Error::NotRegular { .. }) => Finding::NotRegular,
                     Err(Error::Io { source, .. })
                         if source.kind() == std::io::ErrorKind::NotFound =>
@@ -343,6 +362,30 @@ impl Manifest {
             })
             .collect()
     }
+}
+
+/// What is wrong with an installed file's owner and mode (read from the
+/// descriptor that was hashed), if anything: every packaged file is
+/// root's (uid and gid 0, as dpkg and rpm install them) with the
+/// package's mode; a configuration file's mode is the operator's to
+/// narrow, but never writable by group or others.
+fn permissions(e: &Entry, uid: u32, gid: u32, mode: u32) -> Option<String> {
+    let wrong_mode = if e.config {
+        mode & 0o022 != 0
+    } else {
+        mode != e.mode
+    };
+    (uid != 0 || gid != 0 || wrong_mode).then(|| {
+        format!(
+            "owner {uid}:{gid} mode {mode:04o}; the package's: 0:0 mode {:04o}{}",
+            e.mode,
+            if e.config {
+                " (a configuration file may be narrower, never writable by group or others)"
+            } else {
+                ""
+            }
+        )
+    })
 }
 
 fn walk(root: &Path, dir: &Path, out: &mut Vec<Entry>) -> Result<()> {
@@ -455,6 +498,72 @@ mod tests {
         let r = m.check(d.path());
         assert_eq!(r[2].finding, Finding::Missing);
         assert!(r[2].finding.is_failure());
+    }
+
+    #[test]
+    fn a_file_not_root_s_or_not_the_package_s_mode_is_named_and_a_config_may_only_narrow() {
+        let bin = Entry {
+            path: "/usr/sbin/gpuq-node".into(),
+            sha256: String::new(),
+            mode: 0o755,
+            config: false,
+        };
+        let conf = Entry {
+            path: "/etc/gpuqueue-daos/node.toml".into(),
+            mode: 0o644,
+            config: true,
+            ..bin.clone()
+        };
+        assert_eq!(permissions(&bin, 0, 0, 0o755), None);
+        assert_eq!(permissions(&conf, 0, 0, 0o644), None);
+        assert_eq!(permissions(&conf, 0, 0, 0o600), None);
+        for (e, uid, gid, mode) in [
+            (&bin, 61002, 0, 0o755),
+            (&bin, 0, 61002, 0o755),
+            (&bin, 0, 0, 0o775),
+            (&bin, 0, 0, 0o4755),
+            (&bin, 0, 0, 0o700),
+            (&conf, 0, 0, 0o664),
+            (&conf, 0, 0, 0o646),
+            (&conf, 61002, 0, 0o600),
+        ] {
+            let why = permissions(e, uid, gid, mode).expect("a finding");
+            assert!(
+                why.starts_with(&format!(
+                    "owner {uid}:{gid} mode {mode:04o}; the package's: 0:0 mode "
+                )),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_reads_owner_and_mode_from_the_file_it_hashed() {
+        // chown needs root (tests/run runs as root).
+        assert!(
+            nix::unistd::Uid::effective().is_root(),
+            "this test chowns files: run it as root (tests/run does)"
+        );
+        let d = staged();
+        let m = Manifest::from_tree(
+            d.path(),
+            "gpuq",
+            "0.1.0",
+            &["/etc/gpuqueue-daos/broker.toml".into()],
+        )
+        .unwrap();
+        let bin = d.path().join("usr/bin/gpuq");
+        let conf = d.path().join("etc/gpuqueue-daos/broker.toml");
+        std::os::unix::fs::chown(&bin, Some(61002), None).unwrap();
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o666)).unwrap();
+        let r = m.check(d.path());
+        for f in &r {
+            assert!(matches!(f.finding, Finding::Permissions { .. }), "{r:?}");
+            assert!(f.finding.is_failure());
+        }
+        std::os::unix::fs::chown(&bin, Some(0), Some(0)).unwrap();
+        fs::set_permissions(&conf, fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(m.check(d.path()).iter().all(|f| f.finding == Finding::Ok));
     }
 
     #[test]

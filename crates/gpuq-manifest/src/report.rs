@@ -198,6 +198,8 @@ pub fn inspect_host(
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     Modified,
+    /// The package's content, but not root's or not the package's mode.
+    Permissions,
     Missing,
     NotRegular,
     Unreadable,
@@ -221,6 +223,7 @@ impl Status {
         match self {
             Status::ConfigChanged => false,
             Status::Modified
+            | Status::Permissions
             | Status::Missing
             | Status::NotRegular
             | Status::Unreadable
@@ -236,6 +239,7 @@ impl Status {
     pub fn label(self) -> &'static str {
         match self {
             Status::Modified => "MODIFIED",
+            Status::Permissions => "WRONG OWNER OR MODE",
             Status::Missing => "MISSING",
             Status::NotRegular => "NOT A REGULAR FILE",
             Status::Unreadable => "UNREADABLE",
@@ -390,6 +394,7 @@ pub fn assess(cli_version: &str, hosts: &[HostInstall], extra: Vec<Line>) -> Ver
                             (Status::ConfigChanged, format!("sha256 {}", short(found)))
                         }
                         Finding::Unreadable { error } => (Status::Unreadable, error.clone()),
+                        Finding::Permissions { found } => (Status::Permissions, found.clone()),
                     };
                     add(&f.path, status, detail);
                 }
