@@ -5,17 +5,21 @@
 //! root alone could have written it: a regular file (opened with
 //! `O_NOFOLLOW`, checked with `fstat` on the descriptor it is then read
 //! from, so no swap between check and read), owned by root, not writable
-//! by group or others, in a directory owned by root and not writable by
-//! group or others (a sticky directory such as `/tmp` is accepted: others
-//! cannot replace a file of root's there). sshd's `StrictModes`, for a
-//! daemon's own configuration.
+//! by group or others, every directory on its way from `/` owned by root
+//! and not writable by group or others (a sticky directory such as `/tmp`
+//! is accepted: others cannot replace an entry of root's there), and no
+//! symbolic link on the way. sshd's `StrictModes`, for a daemon's own
+//! configuration, walked by descriptor.
 //!
 //! Then TOML, with the parser's message kept on one line (it names the key
 //! and the line), as every error of ours is.
 
+use gpuq_sys::fsid::open_at;
+use nix::fcntl::OFlag;
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -33,6 +37,14 @@ pub enum ConfFileError {
 
 /// The text of `path`, if root alone could have written it (see the crate
 /// documentation); otherwise why not, naming the file.
+///
+/// The path is walked from `/` one component at a time, each directory
+/// opened relative to the one before (`O_PATH | O_NOFOLLOW`) and checked
+/// on that descriptor: root's, not writable by group or others unless
+/// sticky. A symbolic link anywhere on the way is refused (issue #31: the
+/// parent alone was checked, by a path that followed links, so whoever
+/// could write an ancestor could put another directory under the name).
+/// The file is then opened relative to its checked directory.
 pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
     let read_err = |p: &Path| {
         let p = p.to_path_buf();
@@ -42,17 +54,57 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
         path: path.to_path_buf(),
         why,
     };
-    let mut f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map_err(read_err(path))?.join(path)
+    };
+    let mut names = Vec::new();
+    for c in abs.components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(n) => names.push(n),
+            Component::ParentDir | Component::Prefix(_) => {
+                return Err(not_roots(
+                    "its path has a '..' (name the file by its plain path)".into(),
+                ))
+            }
+        }
+    }
+    let Some(file_name) = names.pop() else {
+        return Err(not_roots("not a regular file".into()));
+    };
+    let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut at = PathBuf::from("/");
+    let mut dir = open_at(None, Path::new("/"), dir_flags).map_err(read_err(&at))?;
+    trusted_dir(&dir, &at).map_err(not_roots)?;
+    for n in names {
+        at.push(n);
+        dir = open_at(Some(dir.as_fd()), Path::new(n), dir_flags).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => not_roots(format!(
+                    "{} on its way is a symbolic link or not a directory (refused: name the file by its real path)",
+                    at.display()
+                )),
+                _ => read_err(&at)(e),
+            }
+        })?;
+        trusted_dir(&dir, &at).map_err(not_roots)?;
+    }
+    let mut f = std::fs::File::from(
+        open_at(
+            Some(dir.as_fd()),
+            Path::new(file_name),
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK,
+        )
         .map_err(|e| {
             if e.raw_os_error() == Some(libc::ELOOP) {
                 not_roots("it is a symbolic link (refused: the file itself must be root's)".into())
             } else {
                 read_err(path)(e)
             }
-        })?;
+        })?,
+    );
     let meta = f.metadata().map_err(read_err(path))?;
     if !meta.file_type().is_file() {
         return Err(not_roots("not a regular file".into()));
@@ -66,29 +118,32 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
             meta.mode() & 0o7777
         )));
     }
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let dmeta = std::fs::metadata(dir).map_err(read_err(dir))?;
-    if dmeta.uid() != 0 {
-        return Err(not_roots(format!(
-            "its directory {} is owned by uid {}, not root",
-            dir.display(),
-            dmeta.uid()
-        )));
-    }
-    let sticky = dmeta.mode() & 0o1000 != 0;
-    if dmeta.mode() & 0o022 != 0 && !sticky {
-        return Err(not_roots(format!(
-            "its directory {} (mode {:o}) is writable by group or others",
-            dir.display(),
-            dmeta.mode() & 0o7777
-        )));
-    }
     let mut text = String::new();
     f.read_to_string(&mut text).map_err(read_err(path))?;
     Ok(text)
+}
+
+/// A directory on a root file's way, checked on its descriptor: root's,
+/// and not writable by group or others unless sticky (as `/tmp`: others
+/// cannot replace an entry of root's there).
+fn trusted_dir(dir: &OwnedFd, at: &Path) -> Result<(), String> {
+    let st = nix::sys::stat::fstat(dir.as_raw_fd())
+        .map_err(|e| format!("cannot inspect its directory {}: {e}", at.display()))?;
+    let what = if at.as_os_str() == "/" {
+        "the root directory".to_string()
+    } else {
+        format!("its directory {}", at.display())
+    };
+    if st.st_uid != 0 {
+        return Err(format!("{what} is owned by uid {}, not root", st.st_uid));
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+        return Err(format!(
+            "{what} (mode {mode:o}) is writable by group or others"
+        ));
+    }
+    Ok(())
 }
 
 /// Parse `text` (from `path`, named in the error) as TOML into `T`.
@@ -174,6 +229,46 @@ mod tests {
         assert!(e.contains("its directory") && e.contains("775"), "{e}");
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
         assert!(read_trusted(&p).is_ok());
+    }
+
+    #[test]
+    fn every_directory_on_the_way_is_checked_and_none_may_be_a_link() {
+        if !root("every_directory_on_the_way_is_checked_and_none_may_be_a_link") {
+            return;
+        }
+        // d/a (0777: anyone may swap what is under it) / b / c.toml
+        let d = dir();
+        let b = d.path().join("a/b");
+        std::fs::create_dir_all(&b).unwrap();
+        for x in [d.path().join("a"), b.clone()] {
+            std::fs::set_permissions(&x, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let p = b.join("c.toml");
+        std::fs::write(&p, "a = 1\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(read_trusted(&p).unwrap(), "a = 1\n");
+        // An ancestor anyone may write (not the parent: the old check's).
+        std::fs::set_permissions(d.path().join("a"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let e = read_trusted(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("/a (mode 777) is writable by group or others"),
+            "{e}"
+        );
+        std::fs::set_permissions(d.path().join("a"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        // An ancestor that is a link to a good directory: refused all the
+        // same (its target is whatever the link's writer chose).
+        std::os::unix::fs::symlink(d.path().join("a"), d.path().join("l")).unwrap();
+        let e = read_trusted(&d.path().join("l/b/c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/l on its way is a symbolic link"), "{e}");
+        // '..' is refused (the walk would not be the path's meaning).
+        let e = read_trusted(&d.path().join("a/../a/b/c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("'..'"), "{e}");
     }
 
     #[test]
