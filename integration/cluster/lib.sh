@@ -420,13 +420,21 @@ ping_podman() { # HOST -> prints OK
   curl -sS --max-time 2 --unix-socket "$(podman_sock "$1")" http://d/_ping 2>/dev/null
 }
 
+# How often the waits below look (ms): 50 here; a TCG guest, where each
+# fork and exec costs ~40 ms of emulated CPU, sets more (the site VM: 250),
+# so that five hosts' polls do not starve the services they wait for.
+# Each wait's limit in seconds stays the same.
+POLL_MS=${GPUQ_CLUSTER_POLL_MS:-50}
+[[ $POLL_MS =~ ^[1-9][0-9]{0,3}$ ]] || { echo "GPUQ_CLUSTER_POLL_MS must be 1-9999, got $POLL_MS" >&2; exit 2; }
+printf -v POLL_S '%d.%03d' $((POLL_MS / 1000)) $((POLL_MS % 1000))
+
 wait_podman() { # HOST: until its Podman API pings (fails if the service died)
   local n=$1 i pid
   pid=$(awk -v n="$n" '$1 == "pid" && $2 == n && $3 == "podman" {print $4}' "$MANIFEST")
-  for ((i = 0; i < 300; i++)); do
+  for ((i = 0; i < 15000 / POLL_MS; i++)); do
     [[ $(ping_podman "$n") == OK ]] && return 0
     pid_alive "$pid" || die "$n" "podman service exited: $(tail -n 3 "$D/logs/$n-podman.log" | tr '\n' ' ')"
-    sleep 0.05
+    sleep "$POLL_S"
   done
   [[ $(ping_podman "$n") == OK ]] || die "$n" "podman API does not answer; see $D/logs/$n-podman.log"
 }
@@ -438,9 +446,9 @@ cluster_ssh() { # HOST ARGS... : ssh from cxl2's namespace
 wait_node() { # NODE: until sshd answers over ssh from cxl2 and podman pings
   local n=$1 i
   wait_podman "$n"
-  for ((i = 0; i < 100; i++)); do
+  for ((i = 0; i < 5000 / POLL_MS; i++)); do
     cluster_ssh "$n" true 2>/dev/null && break
-    sleep 0.05
+    sleep "$POLL_S"
   done
   cluster_ssh "$n" true || die "$n" "ssh from cxl2 fails; see $D/logs/$n-sshd.log"
   log "$n" "ready: ssh from cxl2 ok, podman API ok"
@@ -521,10 +529,10 @@ step_node_helper() { # NODE
   pid=$!
   record pid "$n" node "$pid"
   local i
-  for i in $(seq 200); do
+  for ((i = 0; i < 10000 / POLL_MS; i++)); do
     [[ -S $(node_sock "$n") ]] && break
     pid_alive "$pid" || die "$n" "gpuq-node exited; see $D/logs/$n-node.log"
-    sleep 0.05
+    sleep "$POLL_S"
   done
   [[ -S $(node_sock "$n") ]] || die "$n" "gpuq-node did not bind $(node_sock "$n")"
   log "$n" "gpuq-node pid $pid, socket $(node_sock "$n"), log $D/logs/$n-node.log"
@@ -583,11 +591,11 @@ end_pids() { # "PIDS" SECONDS WHY
     log cluster "$why: TERM $pid ($(cmdline_of "$pid"))"
     kill -TERM "$pid" 2>/dev/null || true
   done
-  for ((i = 0; i < secs * 20; i++)); do
+  for ((i = 0; i < secs * 1000 / POLL_MS; i++)); do
     left=()
     for pid in "${pids[@]}"; do pid_alive "$pid" && left+=("$pid"); done
     ((${#left[@]})) || return 0
-    sleep 0.05
+    sleep "$POLL_S"
   done
   for pid in "${left[@]}"; do
     log cluster "$why: KILL $pid (still alive after ${secs}s)"

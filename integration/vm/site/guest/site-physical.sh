@@ -50,17 +50,29 @@ ok() { echo "SITE-CHECK $1 ok"; }
 # docs/benchmarks.md), and since the script began (where a step restarts
 # its clock — `last=` — the untimed time between shows there).
 mark() { now=$(date +%s.%N); echo "SITE-TIME $1 $(awk -v a="$last" -v b="$now" -v t="$T0" 'BEGIN{printf "%.1f (at %.0f s)", b-a, b-t}')"; last=$now; }
+# A wait without a process: under TCG each fork and exec costs ~40 ms of
+# emulated CPU (docs/testing.md, "Time"), and the polls below run for
+# minutes. read(1) on a FIFO no one writes to times out in the shell itself.
+NAP_FIFO=$(mktemp -u /tmp/site-nap.XXXXXX)
+mkfifo -m 600 "$NAP_FIFO"
+exec 9<>"$NAP_FIFO"
+rm -f "$NAP_FIFO"
+nap() { read -r -t "$1" -u 9 _ || true; }
+# The harness's own waits (integration/cluster/lib.sh) poll less often here.
+export GPUQ_CLUSTER_POLL_MS=250
 field() { printf '%s\n' "$1" | sed -n "s/^ *\"$2\": *\"\{0,1\}\([^,\"]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -n1; }
 as_alice() { (cd /w/alice && setpriv --reuid=61001 --regid=61001 --init-groups env HOME=/w/alice GPUQ_SOCKET=/run/gpuq-site/broker.sock "$@"); }
 gq() { GPUQ_SOCKET=/run/gpuq-site/broker.sock gpuq "$@"; }
 wait_state() { # id state secs
   end=$(( $(date +%s) + $3 ))
   while :; do
-    j=$(gq status "$1" --json); s=$(field "$j" state)
+    # The job's state without a pipeline (field's printf | sed | head).
+    j=$(gq status "$1" --json); s=""
+    [[ $j =~ \"state\":\ *\"([a-z_]+)\" ]] && s=${BASH_REMATCH[1]}
     [ "$s" = "$2" ] && return 0
     case "$s" in completed|failed|cancelled|timeout) [ "$s" = "$2" ] || fail "wait-$2" "job $1 ended '$s': $j; log: $(cat "$(field "$j" log_path)" 2>/dev/null | tail -20)";; esac
     [ "$(date +%s)" -lt "$end" ] || fail "wait-$2" "job $1 is '$s' after $3 s, not $2: $j"
-    sleep 0.5
+    nap 0.5
   done
 }
 
@@ -80,7 +92,7 @@ wait_released() { # what secs
   i=0; while [ -e $state_dir/active.json ]; do
     i=$((i+1)); [ $i -lt $(($2 * 2)) ] || fail "$1" "lease not released after $2 s"
     [ -e $state_dir/blocked.json ] && fail "$1" "held: $(cat $state_dir/blocked.json)"
-    sleep 0.5
+    nap 0.5
   done
 }
 
@@ -206,13 +218,13 @@ start_broker() {
     </dev/null >>/var/log/gpuq-site/broker.log 2>&1 &
   echo $! >/var/lib/gpuq-site/broker.pid
   i=0; until [ -S /run/gpuq-site/broker.sock ] && gq list >/dev/null 2>&1; do
-    i=$((i+1)); [ $i -lt 120 ] || fail broker-start "no socket"; sleep 0.5
+    i=$((i+1)); [ $i -lt 120 ] || fail broker-start "no socket"; nap 0.5
   done
   # The four node links (one ssh master each; under TCG a master takes
   # ~7 s of the nodelink's fixed 5+2 s limit when all four connect at once,
   # so they may need a retry or two).
   i=0; until [ "$(gq daos-status | grep -Ec '^da[1-4] +up ')" = 4 ]; do
-    i=$((i+1)); [ $i -lt 240 ] || fail broker-links "links not up after 120 s: $(gq daos-status 2>&1)"; sleep 0.5
+    i=$((i+1)); [ $i -lt 240 ] || fail broker-links "links not up after 120 s: $(gq daos-status 2>&1)"; nap 0.5
   done
 }
 start_broker
@@ -297,7 +309,7 @@ if [ "$ALL" = 1 ]; then
   old=$(awk '$1 == "pid" && $2 == "da3" && $3 == "node" {print $4; exit}' "$D/manifest")
   mapfile -d '' -t cmd <"/proc/$old/cmdline"
   kill -9 "$old"
-  i=0; while kill -0 "$old" 2>/dev/null; do i=$((i+1)); [ $i -lt 100 ] || fail activate-held "da3's helper $old did not end"; sleep 0.1; done
+  i=0; while kill -0 "$old" 2>/dev/null; do i=$((i+1)); [ $i -lt 100 ] || fail activate-held "da3's helper $old did not end"; nap 0.1; done
   rc=0; held=$(gq activate --execute --destroy-existing-data) || rc=$?
   [ "$rc" = 1 ] || fail activate-held "exit $rc with da3's helper gone: $held"
   printf '%s\n' "$held" | grep -A1 '^da3:$' | grep -q 'NOT COMPLETE' || fail activate-held "da3 not named: $held"
@@ -310,7 +322,7 @@ if [ "$ALL" = 1 ]; then
   new=$!
   sed -i "s/^pid da3 node $old\$/pid da3 node $new/" "$D/manifest"
   i=0; until [ -S "$D/da3/run/node.sock" ] && [ "$(stat -c %Y "$D/da3/run/node.sock")" -ge "$(stat -c %Y /proc/$new)" ]; do
-    i=$((i+1)); [ $i -lt 200 ] || fail activate-held "da3's helper did not come back"; sleep 0.1
+    i=$((i+1)); [ $i -lt 200 ] || fail activate-held "da3's helper did not come back"; nap 0.1
   done
   ok an-activation-with-a-node-gone-holds-claims-the-others-and-recover-refuses
   mark activate-held
@@ -404,7 +416,7 @@ if [ "${SITE_SCENARIOS:-all}" = stor-bench ]; then
   tnow() { date +%s.%N; }
   dt() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", b-a}'; }
   until_file() { # path secs what
-    k=0; until [ -e "$1" ]; do k=$((k+1)); [ $k -lt $(($2 * 20)) ] || fail bench "$3"; sleep 0.05; done
+    k=0; until [ -e "$1" ]; do k=$((k+1)); [ $k -lt $(($2 * 20)) ] || fail bench "$3"; nap 0.05; done
   }
   C=/sys/kernel/config/nvmet
   HOSTNQN=nqn.2026-12.org.bench:host
@@ -417,7 +429,7 @@ if [ "${SITE_SCENARIOS:-all}" = stor-bench ]; then
     t1=$(tnow)
     k=0; while [ -e $state_dir/active.json ]; do
       [ ! -e $state_dir/blocked.json ] || fail bench "held: $(cat $state_dir/blocked.json)"
-      k=$((k+1)); [ $k -lt 6000 ] || fail bench "not released"; sleep 0.05
+      k=$((k+1)); [ $k -lt 6000 ] || fail bench "not released"; nap 0.05
     done
     t2=$(tnow)
     echo "STOR-BENCH gpuq $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
@@ -445,7 +457,7 @@ if [ "${SITE_SCENARIOS:-all}" = stor-bench ]; then
     done
     k=0; until [ "$(cat /sys/class/nvme-subsystem/*/subsysnqn | grep -c '^nqn.2026-12.org.bench:da')" = 4 ] \
       && [ "$(for x in /sys/class/nvme-subsystem/*; do grep -q '^nqn.2026-12.org.bench:' "$x/subsysnqn" && ls "$x"; done | grep -c '^nvme[0-9]*n[0-9]*$')" = 5 ]; do
-      k=$((k+1)); [ $k -lt 2000 ] || fail bench "by hand: not five devices"; sleep 0.05
+      k=$((k+1)); [ $k -lt 2000 ] || fail bench "by hand: not five devices"; nap 0.05
     done
     bdevs=$(for x in /sys/class/nvme-subsystem/*; do grep -q '^nqn.2026-12.org.bench:' "$x/subsysnqn" && ls "$x"; done | grep '^nvme[0-9]*n[0-9]*$' | sed 's|^|/dev/|')
     # shellcheck disable=SC2086
@@ -490,7 +502,7 @@ crash_chain() {
   cp_profile=$1; cp_left=$2; shift 2
   install -m 755 "$F/gpuq-broker-crash-points" /usr/local/sbin/gpuq-broker-crash-points
   bp=$(cat /var/lib/gpuq-site/broker.pid)
-  kill "$bp"; i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || fail "crash-$cp_profile" "the broker did not stop"; sleep 0.1; done
+  kill "$bp"; i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 600 ] || fail "crash-$cp_profile" "the broker did not stop"; nap 0.1; done
   rm -f /run/gpuq-site/broker.sock
   prev=""; idp=""
   for point in "$@" ""; do
@@ -517,7 +529,7 @@ crash_chain() {
     fi
     [ -n "$point" ] || break
     idp=$(as_alice gpuq submit --stor "$cp_profile" -- true) || fail "crash-$cp_profile-$point" "submit"
-    i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "crash-$cp_profile-$point" "the broker did not abort at $point"; sleep 0.1; done
+    i=0; while kill -0 "$bp" 2>/dev/null; do i=$((i+1)); [ $i -lt 3000 ] || fail "crash-$cp_profile-$point" "the broker did not abort at $point"; nap 0.1; done
     rm -f /run/gpuq-site/broker.sock
     prev=$point
   done
@@ -532,7 +544,7 @@ crash_chain() {
 readopt() {
   RO_ID=$(as_alice gpuq submit --stor "$1" -- "$2") || fail "$4" "submit"
   i=0; until [ -e "$3" ]; do
-    i=$((i+1)); [ $i -lt 600 ] || fail "$4" "the job wrote nothing after 300 s: $(gq status "$RO_ID" --json)"; sleep 0.5
+    i=$((i+1)); [ $i -lt 600 ] || fail "$4" "the job wrote nothing after 300 s: $(gq status "$RO_ID" --json)"; nap 0.5
   done
   kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
   start_broker
@@ -597,7 +609,7 @@ JOB
   idn=$(as_alice gpuq submit --stor nfs -- /w/alice/nfs.sh) || fail nfs "submit"
   i=0; until [ -e /w/alice/nfs-written ]; do
     i=$((i+1)); [ $i -lt 600 ] || fail nfs "the job wrote nothing after 300 s: $(gq status "$idn" --json); $(cat "$(field "$(gq status "$idn" --json)" log_path)")"
-    sleep 0.5
+    nap 0.5
   done
   mark nfs-submit-to-written
   mounts=$(cat /w/alice/nfs-mounts)
@@ -660,7 +672,7 @@ JOB
   for st in unmount unexport wipe; do echo "$logn" | grep -q "cleanup $st: " || fail nfs "no cleanup $st in: $logn"; done
   echo "$logn" | grep -q "ended what still held them: pid [0-9]* (sleep, uid 61001)" \
     || fail nfs "the unmount did not end alice's process outside the job: $logn"
-  i=0; while kill -0 "$outside" 2>/dev/null; do i=$((i+1)); [ $i -lt 50 ] || fail nfs "alice's process outside the job still runs"; sleep 0.1; done
+  i=0; while kill -0 "$outside" 2>/dev/null; do i=$((i+1)); [ $i -lt 50 ] || fail nfs "alice's process outside the job still runs"; nap 0.1; done
   ok stor-nfsrdma-the-owners-process-still-holding-a-mount-after-the-job-is-ended-not-the-site-held
   [ -z "$(nfs_left)" ] || fail nfs "left: $(nfs_left)"
   for m in $mounts; do [ ! -e "$m" ] || fail nfs "$m still exists"; done
@@ -680,7 +692,7 @@ JOB
   last=$(date +%s.%N)
   idc=$(as_alice gpuq submit --stor nfs -- sleep 600) || fail nfs-cancel "submit"
   i=0; until grep -q 'exported on 4 nodes' "$(field "$(gq status "$idc" --json)" log_path)" 2>/dev/null; do
-    i=$((i+1)); [ $i -lt 600 ] || fail nfs-cancel "not exported after 300 s: $(gq status "$idc" --json)"; sleep 0.5
+    i=$((i+1)); [ $i -lt 600 ] || fail nfs-cancel "not exported after 300 s: $(gq status "$idc" --json)"; nap 0.5
   done
   as_alice gpuq cancel "$idc" >/dev/null || fail nfs-cancel "gpuq cancel"
   wait_state "$idc" cancelled 120
@@ -706,7 +718,7 @@ JOB
   said='answering the NFS upcalls of the lease exported here again'
   n0=$(grep -c "$said" "$nlog" || true)
   kill -9 "$hp"
-  i=0; while kill -0 "$hp" 2>/dev/null; do i=$((i+1)); [ $i -lt 100 ] || fail nfs-resume "da2's helper $hp did not end"; sleep 0.1; done
+  i=0; while kill -0 "$hp" 2>/dev/null; do i=$((i+1)); [ $i -lt 100 ] || fail nfs-resume "da2's helper $hp did not end"; nap 0.1; done
   last=$(date +%s.%N)
   GPUQ_LOG=info setsid nsenter --net=/run/netns/$P-da2 "$hbin" --config "$D/da2/etc/node.toml" serve \
     </dev/null >>"$nlog" 2>&1 &
@@ -714,7 +726,7 @@ JOB
   sed -i "s/^pid da2 node $hp\$/pid da2 node $np/" "$D/manifest"
   [ "$(helper_pid da2)" = "$np" ] || fail nfs-resume "the manifest does not name the new helper $np"
   i=0; until [ "$(grep -c "$said" "$nlog" || true)" -gt "$n0" ]; do
-    i=$((i+1)); [ $i -lt 300 ] || fail nfs-resume "the restarted helper did not resume the export: $(tail -5 "$nlog")"; sleep 0.2
+    i=$((i+1)); [ $i -lt 300 ] || fail nfs-resume "the restarted helper did not resume the export: $(tail -5 "$nlog")"; nap 0.2
   done
   mark nfs-helper-restart-to-resumed
   nsenter --net=/run/netns/$P-da2 sh -c 'for c in auth.unix.ip nfsd.fh nfsd.export; do date +%s >/proc/net/rpc/$c/flush; done' \
@@ -743,7 +755,7 @@ JOB
   rm -f /w/alice/nfs-go /w/alice/nfs-written /w/alice/nfs-read-again
   idh=$(as_alice gpuq submit --stor nfs -- /w/alice/nfs.sh) || fail nfs-hold "submit"
   i=0; until [ -e /w/alice/nfs-written ]; do
-    i=$((i+1)); [ $i -lt 600 ] || fail nfs-hold "the job wrote nothing after 300 s"; sleep 0.5
+    i=$((i+1)); [ $i -lt 600 ] || fail nfs-hold "the job wrote nothing after 300 s"; nap 0.5
   done
   L=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
   f2=$(find "$D/da2/jobs/$L/nfs" -mindepth 2 -maxdepth 2 -name alice-file | head -1)
@@ -754,7 +766,7 @@ JOB
   touch /w/alice/nfs-go
   wait_state "$idh" completed 120
   i=0; until [ -e $state_dir/blocked.json ]; do
-    i=$((i+1)); [ $i -lt 600 ] || { kill $holder; fail nfs-hold "not held after 300 s"; }; sleep 0.5
+    i=$((i+1)); [ $i -lt 600 ] || { kill $holder; fail nfs-hold "not held after 300 s"; }; nap 0.5
   done
   mark nfs-job-end-to-held
   b=$(cat $state_dir/blocked.json)
@@ -846,11 +858,11 @@ DOWN
     rm -f /w/alice/bench-ran
     t0=$(tnow)
     idb=$(as_alice gpuq submit --stor nfs -- touch /w/alice/bench-ran) || fail bench "submit"
-    k=0; until [ -e /w/alice/bench-ran ]; do k=$((k+1)); [ $k -lt 6000 ] || fail bench "gpuq run $r: the job did not run: $(gq status "$idb" --json)"; sleep 0.05; done
+    k=0; until [ -e /w/alice/bench-ran ]; do k=$((k+1)); [ $k -lt 6000 ] || fail bench "gpuq run $r: the job did not run: $(gq status "$idb" --json)"; nap 0.05; done
     t1=$(tnow)
     k=0; while [ -e $state_dir/active.json ]; do
       [ ! -e $state_dir/blocked.json ] || fail bench "held: $(cat $state_dir/blocked.json)"
-      k=$((k+1)); [ $k -lt 6000 ] || fail bench "not released"; sleep 0.05
+      k=$((k+1)); [ $k -lt 6000 ] || fail bench "not released"; nap 0.05
     done
     t2=$(tnow)
     echo "NFS-BENCH gpuq $r standup $(dt "$t0" "$t1") cleanup $(dt "$t1" "$t2")"
@@ -904,7 +916,7 @@ i=0; until [ -e /w/alice/written ]; do
   i=$((i+1)); j=$(gq status "$id" --json)
   [ "$(field "$j" state)" = running ] || fail job "job $id is $(field "$j" state): $(cat "$(field "$j" log_path)" 2>/dev/null)"
   [ $i -lt 600 ] || fail job "no data written after 300 s: $(cat "$(field "$j" log_path)" 2>/dev/null)"
-  sleep 0.5
+  nap 0.5
 done
 mark daos-exec-pool-container-copy
 for f in query pool cont copy; do
@@ -950,8 +962,6 @@ if [ "$ALL" = 1 ]; then
 # uses shell builtins (one ls per round): a fork costs ~0.1 s here.
 declare -A NODE_OF=()
 for n in da1 da2 da3 da4; do NODE_OF[$(helper_pid $n)]=$n; done
-exec 9<> <(:)
-nap() { read -r -t "$1" -u 9 _ || true; }
 i=0; while :; do
   mapfile -t lines <"$JOBLOG"
   [[ "${lines[*]}" == *"cleanup stop_servers: "* ]] && break
@@ -1054,7 +1064,7 @@ if [ "$ALL" = 0 ]; then
   }
   idc=$(as_alice gpuq submit --inst inst1 -- sleep 600) || fail inst-cancel "submit"
   i=0; until unit_active "$idc"; do
-    i=$((i+1)); [ $i -lt 600 ] || fail inst-cancel "no unit after 300 s: $(gq status "$idc" --json)"; sleep 0.5
+    i=$((i+1)); [ $i -lt 600 ] || fail inst-cancel "no unit after 300 s: $(gq status "$idc" --json)"; nap 0.5
   done
   last=$(date +%s.%N)
   as_alice gpuq cancel "$idc" >/dev/null || fail inst-cancel "gpuq cancel $idc"
@@ -1216,7 +1226,7 @@ last=$(date +%s.%N)
 id8=$(as_alice gpuq submit --stor nvmeof -- /w/alice/stor.sh) || fail stor "submit"
 i=0; until [ -e /w/alice/stor-written ]; do
   i=$((i+1)); [ $i -lt 600 ] || fail stor "the job wrote nothing after 300 s: $(gq status "$id8" --json); $(cat "$(field "$(gq status "$id8" --json)" log_path)")"
-  sleep 0.5
+  nap 0.5
 done
 mark stor-submit-to-written
 devs=$(cat /w/alice/stor-devices)
@@ -1285,7 +1295,7 @@ sed 's/^/SITE-LOG /' <<<"$log8"
 last=$(date +%s.%N)
 id9=$(as_alice gpuq submit --stor nvmeof -- sleep 600) || fail stor-cancel "submit"
 i=0; until grep -q 'exported on 4 nodes' "$(field "$(gq status "$id9" --json)" log_path)" 2>/dev/null; do
-  i=$((i+1)); [ $i -lt 600 ] || fail stor-cancel "not exported after 300 s: $(gq status "$id9" --json)"; sleep 0.5
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-cancel "not exported after 300 s: $(gq status "$id9" --json)"; nap 0.5
 done
 as_alice gpuq cancel "$id9" >/dev/null || fail stor-cancel "gpuq cancel"
 wait_state "$id9" cancelled 120
@@ -1314,7 +1324,7 @@ last=$(date +%s.%N)
 id10=$(as_alice gpuq submit --stor nvmeof -- sh -c 'sleep 5') || fail stor-kill "submit"
 L10=$(field "$(gq status "$id10" --json)" log_path)
 i=0; until grep -q 'exported on 4 nodes' "$L10" 2>/dev/null; do
-  i=$((i+1)); [ $i -lt 3000 ] || fail stor-kill "not exported after 300 s: $(gq status "$id10" --json)"; sleep 0.1
+  i=$((i+1)); [ $i -lt 3000 ] || fail stor-kill "not exported after 300 s: $(gq status "$id10" --json)"; nap 0.1
 done
 kill -9 "$(cat /var/lib/gpuq-site/broker.pid)"
 start_broker
@@ -1355,7 +1365,7 @@ rm -f /w/alice/stor-go /w/alice/stor-written /w/alice/stor-written-again
 last=$(date +%s.%N)
 id12=$(as_alice gpuq submit --stor nvmeof -- /w/alice/stor.sh) || fail stor-hold "submit"
 i=0; until [ -e /w/alice/stor-written ]; do
-  i=$((i+1)); [ $i -lt 600 ] || fail stor-hold "the job wrote nothing after 300 s"; sleep 0.5
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-hold "the job wrote nothing after 300 s"; nap 0.5
 done
 port2=$(sed -n 's/^ *"port_id": *\([0-9]*\),*$/\1/p' "$D/da2/jobs/lease.json")
 [ -n "$port2" ] || fail stor-hold "no port_id in da2's record: $(cat "$D/da2/jobs/lease.json")"
@@ -1366,7 +1376,7 @@ D2=$(dev_of SN-SITE-0002 1); w2=$(writes_of "$D2")
 touch /w/alice/stor-go
 wait_state "$id12" completed 120
 i=0; until [ -e $state_dir/blocked.json ]; do
-  i=$((i+1)); [ $i -lt 600 ] || fail stor-hold "not held after 300 s"; sleep 0.5
+  i=$((i+1)); [ $i -lt 600 ] || fail stor-hold "not held after 300 s"; nap 0.5
 done
 mark stor-job-end-to-held
 b=$(cat $state_dir/blocked.json)
@@ -1396,7 +1406,7 @@ D3=$(dev_of SN-SITE-0003 1)
 rm -f /w/alice/written /w/alice/go
 id4=$(as_alice gpuq submit --inst inst1 -- sh job.sh) || fail mounted "submit"
 i=0; until [ -e /w/alice/written ]; do
-  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no data written: $(gq status "$id4" --json)"; sleep 0.5
+  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no data written: $(gq status "$id4" --json)"; nap 0.5
 done
 L4=$(sed -n 's/.*"lease": *"\([^"]*\)".*/\1/p' $state_dir/active.json | head -n1)
 [ -n "$L4" ] || fail mounted "no active lease"
@@ -1409,7 +1419,7 @@ last=$(date +%s.%N)
 touch /w/alice/go
 wait_state "$id4" completed 120
 i=0; until [ -e $state_dir/blocked.json ]; do
-  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no hold after 300 s: $(gq daos-status 2>&1)"; sleep 0.5
+  i=$((i+1)); [ $i -lt 600 ] || fail mounted "no hold after 300 s: $(gq daos-status 2>&1)"; nap 0.5
 done
 mark cleanup-to-held
 grep -q da3 $state_dir/blocked.json || fail mounted "the hold names no da3: $(cat $state_dir/blocked.json)"
