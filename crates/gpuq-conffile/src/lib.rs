@@ -41,7 +41,8 @@ pub enum ConfFileError {
 /// The path is walked from `/` one component at a time, each directory
 /// opened relative to the one before (`O_PATH | O_NOFOLLOW`) and checked
 /// on that descriptor: root's, not writable by group or others unless
-/// sticky. A symbolic link anywhere on the way is refused (issue #31: the
+/// sticky. A symbolic link anywhere on the way is refused, and a `..`
+/// goes back to the directory checked before it (issue #31: the
 /// parent alone was checked, by a path that followed links, so whoever
 /// could write an ancestor could put another directory under the name).
 /// The file is then opened relative to its checked directory.
@@ -63,24 +64,32 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
     for c in abs.components() {
         match c {
             Component::RootDir | Component::CurDir => {}
-            Component::Normal(n) => names.push(n),
-            Component::ParentDir | Component::Prefix(_) => {
-                return Err(not_roots(
-                    "its path has a '..' (name the file by its plain path)".into(),
-                ))
-            }
+            Component::Normal(n) => names.push(Some(n)),
+            // `..` goes back to the directory before, already checked
+            // (no link is followed on the way, so that is the kernel's
+            // `..` too).
+            Component::ParentDir => names.push(None),
+            Component::Prefix(_) => return Err(not_roots("not a Unix path".into())),
         }
     }
-    let Some(file_name) = names.pop() else {
+    let Some(Some(file_name)) = names.pop() else {
         return Err(not_roots("not a regular file".into()));
     };
     let dir_flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-    let mut at = PathBuf::from("/");
-    let mut dir = open_at(None, Path::new("/"), dir_flags).map_err(read_err(&at))?;
-    trusted_dir(&dir, &at).map_err(not_roots)?;
+    let root = open_at(None, Path::new("/"), dir_flags).map_err(read_err(Path::new("/")))?;
+    trusted_dir(&root, Path::new("/")).map_err(not_roots)?;
+    // The checked directories from `/` down, each with its path.
+    let mut walked: Vec<(OwnedFd, PathBuf)> = vec![(root, PathBuf::from("/"))];
     for n in names {
-        at.push(n);
-        dir = open_at(Some(dir.as_fd()), Path::new(n), dir_flags).map_err(|e| {
+        let Some(n) = n else {
+            if walked.len() > 1 {
+                walked.pop();
+            }
+            continue;
+        };
+        let (dir, at) = walked.last().expect("/ is never popped");
+        let at = at.join(n);
+        let next = open_at(Some(dir.as_fd()), Path::new(n), dir_flags).map_err(|e| {
             match e.raw_os_error() {
                 Some(libc::ELOOP) | Some(libc::ENOTDIR) => not_roots(format!(
                     "{} on its way is a symbolic link or not a directory (refused: name the file by its real path)",
@@ -89,8 +98,10 @@ pub fn read_trusted(path: &Path) -> Result<String, ConfFileError> {
                 _ => read_err(&at)(e),
             }
         })?;
-        trusted_dir(&dir, &at).map_err(not_roots)?;
+        trusted_dir(&next, &at).map_err(not_roots)?;
+        walked.push((next, at));
     }
+    let (dir, _) = walked.last().expect("/ is never popped");
     let mut f = std::fs::File::from(
         open_at(
             Some(dir.as_fd()),
@@ -264,11 +275,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("/l on its way is a symbolic link"), "{e}");
-        // '..' is refused (the walk would not be the path's meaning).
-        let e = read_trusted(&d.path().join("a/../a/b/c.toml"))
+        // '..' goes back along the checked walk (as a test names
+        // CARGO_MANIFEST_DIR/../../config/…); through a link it is refused.
+        assert_eq!(
+            read_trusted(&d.path().join("a/b/../b/c.toml")).unwrap(),
+            "a = 1\n"
+        );
+        let e = read_trusted(&d.path().join("l/../a/b/c.toml"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("'..'"), "{e}");
+        assert!(e.contains("/l on its way is a symbolic link"), "{e}");
     }
 
     #[test]
