@@ -230,6 +230,11 @@ fn rpm_headers_declare_modes_owners_noreplace_config_print_only_scripts_and_glib
                 "0",
             ),
             ("/usr/lib/systemd/system/gpuq-node.service", "0100644", "0"),
+            (
+                "/usr/lib/udev/rules.d/59-gpuq-lease-devices.rules",
+                "0100644",
+                "0",
+            ),
             ("/etc/gpuqueue-daos/broker.toml", "0100644", "1"),
             ("/etc/gpuqueue-daos/node.toml", "0100644", "1"),
             ("/usr/share/gpuq/manifests/gpuq.json", "0100644", "0"),

@@ -867,6 +867,17 @@ pub struct E2eStart {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_gpu_host_s_udev_rule_names_the_lease_nqn_prefix() {
+        // systemd/59-gpuq-lease-devices.rules matches a lease's NVMe-oF
+        // namespaces by it: the two must not drift apart.
+        let rule = include_str!("../../../systemd/59-gpuq-lease-devices.rules");
+        assert!(
+            rule.contains(&format!("ATTRS{{subsysnqn}}==\"{NQN_PREFIX}*\"")),
+            "{rule}"
+        );
+    }
+
     fn record(extra: &str) -> NodeLease {
         serde_json::from_str(&format!(
             r#"{{"lease":"L1","profile":"inst1","phase":"running","metadata_dir":"/t/L1","container":null,"since":1{extra}}}"#
