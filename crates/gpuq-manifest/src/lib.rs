@@ -448,16 +448,21 @@ mod tests {
         d
     }
 
-    #[test]
-    fn a_staged_tree_becomes_a_sorted_manifest_with_known_sums() {
-        let d = staged();
-        let m = Manifest::from_tree(
+    /// The `gpuq` manifest of a [`staged`] tree, broker.toml its config.
+    fn manifest_of(d: &tempfile::TempDir) -> Manifest {
+        Manifest::from_tree(
             d.path(),
             "gpuq",
             "0.1.0",
             &["/etc/gpuqueue-daos/broker.toml".into()],
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    #[test]
+    fn a_staged_tree_becomes_a_sorted_manifest_with_known_sums() {
+        let d = staged();
+        let m = manifest_of(&d);
         assert_eq!(m.files.len(), 2);
         assert_eq!(m.files[0].path, "/etc/gpuqueue-daos/broker.toml");
         assert!(m.files[0].config);
@@ -476,13 +481,7 @@ mod tests {
     fn check_reports_ok_modified_missing_symlinked_and_changed_config() {
         let d = staged();
         fs::write(d.path().join("usr/bin/gpuq-broker"), b"broker").unwrap();
-        let m = Manifest::from_tree(
-            d.path(),
-            "gpuq",
-            "0.1.0",
-            &["/etc/gpuqueue-daos/broker.toml".into()],
-        )
-        .unwrap();
+        let m = manifest_of(&d);
         assert!(m.check(d.path()).iter().all(|r| r.finding == Finding::Ok));
 
         fs::write(d.path().join("usr/bin/gpuq"), b"abd").unwrap();
@@ -545,13 +544,7 @@ mod tests {
             "this test chowns files: run it as root (tests/run does)"
         );
         let d = staged();
-        let m = Manifest::from_tree(
-            d.path(),
-            "gpuq",
-            "0.1.0",
-            &["/etc/gpuqueue-daos/broker.toml".into()],
-        )
-        .unwrap();
+        let m = manifest_of(&d);
         let bin = d.path().join("usr/bin/gpuq");
         let conf = d.path().join("etc/gpuqueue-daos/broker.toml");
         std::os::unix::fs::chown(&bin, Some(61002), None).unwrap();
