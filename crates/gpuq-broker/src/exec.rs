@@ -63,7 +63,7 @@ const DIR_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The job whose cgroup holds `pid` (direct runner `gpuq-job-<id>`,
 /// systemd `gpuq-job-<id>.service`).
-pub fn job_of_pid(pid: i32) -> Option<JobId> {
+pub fn job_of_pid(pid: u32) -> Option<JobId> {
     job_in_proc_cgroup(&std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?)
 }
 
@@ -361,7 +361,7 @@ impl Broker {
             // refused, never decided on a PID alone.
             Err(why) => return Err(ApiError::Conflict(format!("daos-exec: {why}"))),
         };
-        let Some(id) = job_of_pid(peer.pid.unwrap_or_default()) else {
+        let Some(id) = job_of_pid(pid) else {
             return Ok(None);
         };
         let ours = self.runner().holds(id, pid).await?;

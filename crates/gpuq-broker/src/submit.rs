@@ -114,13 +114,16 @@ fn kinds(
             ));
         }
         // This host first: whatever the nodes offer, an export this host
-        // cannot keep to the owner is not stood up.
-        if kind == StorKind::Nfsrdma {
-            if let Err(why) = nfs_host() {
-                return Err(ApiError::NotEnabled(format!(
-                    "--stor {name}: {why}; meanwhile use --inst"
-                )));
-            }
+        // cannot keep to the owner is not stood up. (Every kind decides
+        // here: a new kind is a compile error until it does.)
+        let host = match kind {
+            StorKind::Nfsrdma => nfs_host(),
+            StorKind::Nvmeof | StorKind::Lustre => Ok(()),
+        };
+        if let Err(why) = host {
+            return Err(ApiError::NotEnabled(format!(
+                "--stor {name}: {why}; meanwhile use --inst"
+            )));
         }
         if let Some(why) = stor_nodes.and_then(|n| nodes_lacking(kind, n)) {
             return Err(ApiError::NotEnabled(format!(

@@ -209,10 +209,24 @@ pub struct StorProfile {
     pub address: std::net::IpAddr,
     pub port: u16,
     pub detail: StorDetail,
-    /// What the operator accepted against the default (each one line,
-    /// shown in the node's status and the activation plan): today, NFS
-    /// over RDMA with AUTH_SYS.
-    pub accepted_risks: Vec<String>,
+    /// `nfsrdma` over `rdma` only: the operator accepted [`RDMA_AUTH_SYS`]
+    /// (`rdma_any_client_user_is_owner = true`).
+    pub rdma_auth_sys_accepted: bool,
+}
+
+impl StorProfile {
+    /// What the operator accepted against the default, one line each
+    /// (shown in the node's status and the activation plan).
+    pub fn accepted_risks(&self) -> Vec<String> {
+        if self.rdma_auth_sys_accepted {
+            vec![format!(
+                "stor.{}: NFS over RDMA with AUTH_SYS: {RDMA_AUTH_SYS} (rdma_any_client_user_is_owner = true)",
+                self.name
+            )]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 /// `[client]`: this host also serves the client side of a lease (a GPU
@@ -269,7 +283,7 @@ impl ServiceConfig {
     pub fn accepted_risks(&self) -> Vec<String> {
         self.stor
             .values()
-            .flat_map(|p| p.accepted_risks.iter().cloned())
+            .flat_map(StorProfile::accepted_risks)
             .collect()
     }
 
@@ -466,10 +480,8 @@ impl ServiceConfig {
                 ));
             }
             let nfs_over_rdma = kind == StorKind::Nfsrdma && p.transport == "rdma";
-            let accepted_risks = match (nfs_over_rdma, p.rdma_any_client_user_is_owner) {
-                (true, Some(true)) => vec![format!(
-                    "stor.{name}: NFS over RDMA with AUTH_SYS: {RDMA_AUTH_SYS} (rdma_any_client_user_is_owner = true)"
-                )],
+            let rdma_auth_sys_accepted = match (nfs_over_rdma, p.rdma_any_client_user_is_owner) {
+                (true, Some(true)) => true,
                 (true, _) => {
                     return Err(invalid(
                         key("transport"),
@@ -478,7 +490,7 @@ impl ServiceConfig {
                         ),
                     ))
                 }
-                (false, None) => Vec::new(),
+                (false, None) => false,
                 (false, Some(_)) => {
                     return Err(invalid(
                         key("rdma_any_client_user_is_owner"),
@@ -495,7 +507,7 @@ impl ServiceConfig {
                     address: p.address,
                     port,
                     detail,
-                    accepted_risks,
+                    rdma_auth_sys_accepted,
                 },
             );
         }
@@ -610,7 +622,7 @@ test_dir = "/var/lib/gpuqueue-daos-test"
             (p.kind, p.port),
             (gpuq_protocol::node::StorKind::Nfsrdma, 2049)
         );
-        assert!(p.accepted_risks.is_empty());
+        assert!(p.accepted_risks().is_empty());
         match &p.detail {
             StorDetail::Nfs { mkfs_image } => assert_eq!(mkfs_image.to_string(), id),
             d => panic!("{d:?}"),
@@ -645,12 +657,13 @@ test_dir = "/var/lib/gpuqueue-daos-test"
         let c = nfs("transport = \"rdma\"\nrdma_any_client_user_is_owner = true").unwrap();
         let p = &c.stor["nfs"];
         assert_eq!(p.transport, "rdma");
-        assert_eq!(p.accepted_risks.len(), 1);
+        let risks = p.accepted_risks();
+        assert_eq!(risks.len(), 1);
         assert!(
-            p.accepted_risks[0].starts_with("stor.nfs: NFS over RDMA with AUTH_SYS: "),
-            "{:?}",
-            p.accepted_risks
+            risks[0].starts_with("stor.nfs: NFS over RDMA with AUTH_SYS: "),
+            "{risks:?}"
         );
+        assert_eq!(c.accepted_risks(), risks);
         // The key anywhere else is a mistake, not a no-op.
         let e = nfs("transport = \"tcp\"\nrdma_any_client_user_is_owner = true")
             .unwrap_err()
