@@ -135,14 +135,17 @@ fn a_broker_that_dies_at_any_lifecycle_step_holds_or_carries_on_and_the_nodes_en
             assert!(log.contains(said), "{step}: {log}");
             assert!(log.contains("released"), "{step}: {log}");
         }
-        // The plain job ran only after the lease was released.
+        // The plain job ran only after the lease was released. (`recover`
+        // answers once the lease is released; the scheduler starts the
+        // next job after that, on its own: wait for its end first — a
+        // loaded run read its start time before it had one.)
+        s.expect_end(next, "completed", 60);
         let ended = |id: u64| s.b.job(id)["ended_at"].as_i64().unwrap();
         let started = s.b.job(next)["started_at"].as_i64().unwrap();
         assert!(
             started >= ended(daos),
             "{step}: next started before the DAOS job ended"
         );
-        s.expect_end(next, "completed", 60);
         if files_gone {
             let log = s.log(daos);
             assert!(

@@ -217,7 +217,7 @@ known_hosts_file = "$D/ssh/known_hosts"
 ssh_config_file = "$D/ssh/ssh_config"
 join_timeout_secs = 120
 link_timeout_secs = 120
-ssh_connect_timeout_secs = 20
+ssh_connect_timeout_secs = 60
 TOML
   for n in da1 da2 da3 da4; do
     printf '\n[[daos.nodes]]\nname = "%s"\nhost = "%s"\naddress = "%s"\nnode_socket = "%s"\npodman_socket = "%s"\n' \
