@@ -73,7 +73,9 @@ fn open_of(b: &TestBroker, uid: u32) -> u64 {
 
 fn wait_open(b: &TestBroker, uid: u32, n: u64) {
     assert!(
-        eventually(20, || open_of(b, uid) == n),
+        // (A failure limit: under a loaded run a client's start took
+        // more than 20 s.)
+        eventually(60, || open_of(b, uid) == n),
         "uid {uid} should hold {n} connections, holds {}",
         open_of(b, uid)
     );

@@ -266,10 +266,6 @@ impl Vm {
             // One vCPU: its lighter work runs beside the v2 guest's, and
             // two 2-vCPU guests on 2 cores overcommit TCG's threads.
             cmd.arg("--cgroup-v1").arg("--smp").arg("1");
-        } else {
-            // The suite's longest chain (docs/testing.md, "Time"): its QEMU
-            // weighs more than any one container or test beside it.
-            cmd.arg("--nice").arg("-5");
         }
         let t = Instant::now();
         let out = cmd

@@ -88,7 +88,8 @@ fn system_query_before_format_is_uninitialized_in_dmg_envelope() {
 
     // Every server is awaiting format and says so.
     for i in 0..4 {
-        assert!(c.log(i).contains("awaiting storage format"), "{}", c.log(i));
+        let log = c.log_saying(i, "awaiting storage format", 30);
+        assert!(log.contains("awaiting storage format"), "{log}");
     }
 }
 

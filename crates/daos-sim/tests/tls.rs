@@ -65,7 +65,8 @@ fn joined(c: &Cluster) -> usize {
 fn mutual_tls_serves_the_lease_admin_and_refuses_every_other_client() {
     let mut c = Cluster::start_tls(4);
     for i in 0..4 {
-        assert!(c.log(i).contains("(mutual TLS)"), "{}", c.log(i));
+        let log = c.log_saying(i, "(mutual TLS)", 30);
+        assert!(log.contains("(mutual TLS)"), "{log}");
     }
     // The lease's admin certificate: format, four joins (the servers join
     // the management service with the server certificate).

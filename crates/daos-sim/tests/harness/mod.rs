@@ -286,6 +286,20 @@ impl Cluster {
         fs::read_to_string(&self.servers[i].log).unwrap_or_default()
     }
 
+    /// Server `i`'s log once it says `needle` (at most `secs`; the log as
+    /// it is then otherwise). A server may listen before it has written
+    /// the line that says so: a loaded run read the log in between.
+    pub fn log_saying(&self, i: usize, needle: &str, secs: u64) -> String {
+        let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+        loop {
+            let log = self.log(i);
+            if log.contains(needle) || std::time::Instant::now() >= deadline {
+                return log;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn run(&self, tool: &str, args: &[&str]) -> Output {
         self.run_env(tool, args, &[])
     }
