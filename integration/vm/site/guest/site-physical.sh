@@ -70,7 +70,7 @@ alive() { # pid
 # the guest stalls, and CI saw stalls of tens of seconds (docs/testing.md),
 # so none is under a minute.
 until_gone() { # pid secs what
-  end=$((SECONDS + $2))
+  local end=$((SECONDS + $2))
   while alive "$1"; do
     [ $SECONDS -lt $end ] || fail "$3" "process $1 did not end within $2 s: $(proc_state "$1")"
     nap 0.1
@@ -563,7 +563,7 @@ crash_chain() {
     fi
     [ -n "$point" ] || break
     idp=$(as_alice gpuq submit --stor "$cp_profile" -- true) || fail "crash-$cp_profile-$point" "submit"
-    i=0; while alive "$bp"; do i=$((i+1)); [ $i -lt 3000 ] || fail "crash-$cp_profile-$point" "the broker did not abort at $point"; nap 0.1; done
+    until_gone "$bp" 300 "crash-$cp_profile-$point: the broker did not abort at $point"
     rm -f /run/gpuq-site/broker.sock
     prev=$point
   done
