@@ -230,6 +230,53 @@ fn a_daos_job_gets_four_joined_ranks_and_everything_is_cleaned_before_the_next_j
         vec![format!("gpuq-{lease}-agent running")],
         "one container of the lease on cxl2"
     );
+    // The agent (#31 item 2), as Podman was asked and as the kernel runs
+    // it: the job's owner with the overflow group and no other, no
+    // capability, no_new_privs, not privileged; in the host's PID
+    // namespace (it watches its clients' PIDs), where uid 0 could signal
+    // every root process.
+    let (code, agent) = s.c.api_json(
+        "cxl2",
+        "GET",
+        &format!("/v4.0.0/libpod/containers/gpuq-{lease}-agent/json"),
+        None,
+    );
+    assert_eq!(code, 200, "{agent}");
+    assert_eq!(
+        agent["Config"]["User"],
+        format!("{}:65534", a.uid),
+        "{agent}"
+    );
+    assert_eq!(agent["HostConfig"]["PidMode"], "host", "{agent}");
+    assert_eq!(agent["HostConfig"]["Privileged"], false, "{agent}");
+    let pid = agent["State"]["Pid"].as_i64().expect("the agent's PID");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |k: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(k))
+            .map(|v| v.split_whitespace().collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    let u = a.uid.to_string();
+    assert_eq!(field("Uid:"), [u.as_str(); 4].join(" "), "{status}");
+    assert_eq!(field("Gid:"), ["65534"; 4].join(" "), "{status}");
+    // Podman lists the primary group as the one supplementary group.
+    assert_eq!(field("Groups:"), "65534", "{status}");
+    assert_eq!(field("CapEff:"), "0000000000000000", "{status}");
+    assert_eq!(field("CapPrm:"), "0000000000000000", "{status}");
+    assert_eq!(field("NoNewPrivs:"), "1", "{status}");
+    // A test-mode server (the simulator): its own PID namespace, not
+    // privileged (physical mode's server privileges: docs/security.md).
+    let (code, server) = s.c.api_json(
+        "da1",
+        "GET",
+        &format!("/v4.0.0/libpod/containers/gpuq-{lease}-server/json"),
+        None,
+    );
+    assert_eq!(code, 200, "{server}");
+    assert_ne!(server["HostConfig"]["PidMode"], "host", "{server}");
+    assert_eq!(server["HostConfig"]["Privileged"], false, "{server}");
     let admin_dir = |n: &str| s.c.dir().join(n).join("jobs").join(&lease).join("admin");
     use std::os::unix::fs::MetadataExt;
     let m = std::fs::symlink_metadata(admin_dir("da1")).expect("da1's dmg access");

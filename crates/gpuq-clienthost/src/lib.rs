@@ -19,8 +19,13 @@
 //! | --- | --- | --- | --- |
 //! | `daos_control.yml` | root 0644 | the job's dmg config (`DAOS_CONTROL_CONFIG`): names the files in `user/` | client containers (same path, read-only) |
 //! | `user/` | the job's owner, 0500 | `daosCA.crt`, `admin.crt` (0444), `admin.key` (0400) | client containers (same path, read-only) |
-//! | `agent-etc/` | root 0700 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
-//! | `agent/` | root 0700 + ACL `user:OWNER:--x` (mode 0710) | the agent's socket (0666, as DAOS makes it): the owner and root reach it, no other user | agent and client containers |
+//! | `agent-etc/` | the job's owner, 0500 | `daos_agent.yml`, `daosCA.crt`, `agent.crt`, `agent.key` (0400) | the agent container at `/etc/daos` (read-only) |
+//! | `agent/` | root 0700 + ACL `user:OWNER:-wx` (mode 0730) | the agent's socket (0666, as DAOS makes it): the owner and root reach it, no other user | agent and client containers |
+//!
+//! The agent runs as the job's owner (uid of `agent-etc/`, group
+//! [`AGENT_GID`], no capability, `no_new_privs`) in the host's PID
+//! namespace, which it needs (below): never uid 0 there, where a process
+//! without capabilities could still signal every root process of the host.
 //!
 //! The certificates are the lease's own (gpuq-leasecert): no other user
 //! can enter `user/`, so no other user's dmg can present the admin
@@ -150,6 +155,10 @@ const AGENT_DIR_IN: &str = "/var/run/daos_agent";
 const AGENT_GRACE: Duration = Duration::from_secs(10);
 /// How long the agent may take to listen on its socket.
 const AGENT_UP: Duration = Duration::from_secs(20);
+/// The agent's group: `nogroup` (65534, Debian's and EL's overflow
+/// group), with no supplementary groups. Its files are its user's (the
+/// job's owner); it needs no group's.
+pub const AGENT_GID: u32 = 65534;
 
 fn control_config_in(run_dir: &Path, lease: &str) -> PathBuf {
     run_dir.join(lease).join("daos_control.yml")
@@ -377,8 +386,13 @@ impl ClientHost {
                     file("agent.crt", certs.agent_cert.as_bytes(), CERT_MODE),
                     file("agent.key", certs.agent_key.as_bytes(), KEY_MODE),
                 ],
-                (0, 0),
-                0o700,
+                // The agent runs as the job's owner (start_agent): it reads
+                // these. The agent certificate's methods (GetAttachInfo,
+                // PoolEvict, SystemCleanup: DAOS's grpc_authorization.go)
+                // are a subset of the admin certificate's, which the owner
+                // holds in user/.
+                (owner_uid, 0),
+                0o500,
             ),
         ] {
             let d = dir.join(sub);
@@ -399,6 +413,37 @@ impl ClientHost {
         }
         owner_only_passage(&ad, owner_uid).map_err(|e| io(&ad, e))?;
         Ok(())
+    }
+
+    /// The uid the lease's agent runs as: the owner of its `agent-etc/`
+    /// (written by [`Self::write_files`] in the lease's root-owned
+    /// directory, so nobody else could have made it), read by descriptor
+    /// without following a link; never root.
+    fn agent_uid(&self, lease: &str) -> Result<u32, ClientError> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let etc = self.lease_dir(lease).join("agent-etc");
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags((nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_NOFOLLOW).bits())
+            .open(&etc)
+            .map_err(|source| ClientError::Files {
+                path: etc.clone(),
+                source,
+            })?;
+        let uid = f
+            .metadata()
+            .map_err(|source| ClientError::Files {
+                path: etc.clone(),
+                source,
+            })?
+            .uid();
+        if uid == 0 {
+            return Err(ClientError::Agent(format!(
+                "{} is root's: the agent never runs as root (write the lease's files for its owner first)",
+                etc.display()
+            )));
+        }
+        Ok(uid)
     }
 
     /// Remove `<run_dir>/<lease>/` (after the agent and clients are gone).
@@ -486,9 +531,15 @@ impl ClientHost {
         self.check_stop()?;
         let pm = self.podman().await?;
         let name = Self::agent_name(lease);
+        let uid = self.agent_uid(lease)?;
         let mut spec = self.base_spec(name.clone(), lease, Role::Agent);
-        // daos.md: the agent monitors its clients' processes (host PID).
+        // daos.md: the agent monitors its clients' processes (host PID):
+        // their PIDs reach it as the kernel translates a socket peer's PID
+        // into the receiver's namespace, and it watches /proc/PID. As the
+        // job's owner (the clients' uid), never root: in the host's PID
+        // namespace a capless uid 0 could still signal every root process.
         spec.pid = Namespace::Host;
+        spec.user = Some(format!("{uid}:{AGENT_GID}"));
         spec.command = vec![
             "daos_agent".into(),
             "-o".into(),
@@ -666,10 +717,11 @@ fn file<'a>(name: &'a str, bytes: &'a [u8], mode: u32) -> gpuq_leasecert::File<'
     gpuq_leasecert::File { name, bytes, mode }
 }
 
-/// The agent's socket directory: root's (the agent, uid 0 in its
-/// container, makes its socket there) and passable by the job's owner
-/// `uid` alone (`u::rwx, user:uid:--x, m::--x`, nothing for group and
-/// others): DAOS makes the socket 0666, so the directory is the only
+/// The agent's socket directory: root's, and open to the job's owner
+/// `uid` alone (`u::rwx, user:uid:-wx, m::-wx`, nothing for group and
+/// others: the agent, run as the owner, makes its socket there, the
+/// owner's clients pass through, nobody lists it, and the owner cannot
+/// change its mode or ACL): DAOS makes the socket 0666, so the directory is the only
 /// barrier between another user on this host and an agent that hands out
 /// credentials on the owner's running system. Opened by descriptor (no
 /// symlink followed), set, read back. A filesystem without POSIX ACLs
@@ -683,21 +735,20 @@ fn owner_only_passage(dir: &Path, uid: u32) -> std::io::Result<()> {
         .open(dir)?;
     std::os::unix::fs::fchown(&f, Some(0), Some(0))?;
     f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
-    gpuq_sys::acl::set_access(f.as_fd(), &gpuq_sys::acl::owner_and_user_search(uid)).map_err(
-        |e| {
+    gpuq_sys::acl::set_access(f.as_fd(), &gpuq_sys::acl::owner_and_user_write_search(uid))
+        .map_err(|e| {
             std::io::Error::new(
                 e.kind(),
                 format!(
                     "cannot limit the agent's socket directory to the job's owner (POSIX ACL): {e}"
                 ),
             )
-        },
-    )?;
+        })?;
     let users = gpuq_sys::acl::named_users(f.as_fd())?;
     let mode = f.metadata()?.mode() & 0o7777;
-    if users != [uid] || mode != 0o710 {
+    if users != [uid] || mode != 0o730 {
         return Err(std::io::Error::other(format!(
-            "the agent's socket directory reads back as mode {mode:o}, named users {users:?}; expected 710 and [{uid}]"
+            "the agent's socket directory reads back as mode {mode:o}, named users {users:?}; expected 730 and [{uid}]"
         )));
     }
     Ok(())
@@ -814,32 +865,57 @@ mod tests {
         let sock = ad.join("daos_agent.sock");
         let _agent = std::os::unix::net::UnixListener::bind(&sock).unwrap();
         std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666)).unwrap();
-        let connect_as = |uid: u32| {
+        let python_as = |uid: u32, code: &str, arg: &std::path::Path| {
             std::process::Command::new("/usr/bin/python3")
-                .args([
-                    "-c",
-                    "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])",
-                ])
-                .arg(&sock)
+                .args(["-c", code])
+                .arg(arg)
                 .uid(uid)
                 .gid(uid)
                 .output()
                 .expect("run /usr/bin/python3 (integration/install-deps installs it)")
         };
+        let connect_as = |uid: u32| {
+            python_as(
+                uid,
+                "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.connect(sys.argv[1])",
+                &sock,
+            )
+        };
+        // What the agent does at its start, as the job's owner: a socket
+        // of its own in the directory.
+        let bind_as = |uid: u32| {
+            python_as(
+                uid,
+                "import socket, sys\ns = socket.socket(socket.AF_UNIX)\ns.bind(sys.argv[1])",
+                &ad.join(format!("bound-by-{uid}")),
+            )
+        };
+        let list_as = |uid: u32| python_as(uid, "import os, sys\nos.listdir(sys.argv[1])", &ad);
         // The hole as it was: a 0755 directory lets any user in.
         assert!(connect_as(other).status.success());
         super::owner_only_passage(&ad, owner).unwrap();
         let m = std::fs::metadata(&ad).unwrap();
-        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o710, 0, 0));
+        assert_eq!((m.mode() & 0o7777, m.uid(), m.gid()), (0o730, 0, 0));
         let o = connect_as(owner);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let o = connect_as(other);
-        assert!(!o.status.success());
-        assert!(
-            String::from_utf8_lossy(&o.stderr).contains("PermissionError"),
-            "{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let o = bind_as(owner);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(ad.join(format!("bound-by-{owner}")).exists());
+        let refused = |o: std::process::Output| {
+            assert!(!o.status.success());
+            assert!(
+                String::from_utf8_lossy(&o.stderr).contains("PermissionError"),
+                "{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        };
+        // The owner makes names there but does not list it; nobody else
+        // connects, makes or lists.
+        refused(list_as(owner));
+        refused(connect_as(other));
+        refused(bind_as(other));
+        refused(list_as(other));
+        assert!(!ad.join(format!("bound-by-{other}")).exists());
         std::os::unix::net::UnixStream::connect(&sock).expect("root reaches it");
         // Done again (a retried step): the same.
         super::owner_only_passage(&ad, owner).unwrap();

@@ -182,8 +182,11 @@ mod tests {
         assert_eq!((user.uid(), user.mode() & 0o777), (61001, 0o500));
         let key = std::fs::metadata(lease.join("user/admin.key")).unwrap();
         assert_eq!((key.uid(), key.mode() & 0o777), (61001, 0o400));
+        // The agent runs as the owner and reads its own files.
         let etc = std::fs::metadata(lease.join("agent-etc")).unwrap();
-        assert_eq!((etc.uid(), etc.mode() & 0o777), (0, 0o700));
+        assert_eq!((etc.uid(), etc.mode() & 0o777), (61001, 0o500));
+        let key = std::fs::metadata(lease.join("agent-etc/agent.key")).unwrap();
+        assert_eq!((key.uid(), key.mode() & 0o777), (61001, 0o400));
         let rec = std::fs::metadata(lease.join(gpuq_clienthost::RECORD)).unwrap();
         assert_eq!((rec.uid(), rec.mode() & 0o777), (0, 0o600));
         let run_dir = dir.path().join("client");

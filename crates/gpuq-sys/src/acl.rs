@@ -43,12 +43,14 @@ pub fn owner_user_rw(uid: u32) -> Vec<u8> {
     encode(uid, [6, 6, 6, 6, 0])
 }
 
-/// The xattr value of `u::rwx, user:uid:--x, g::---, m::--x, o::---`: a
-/// directory its owner (root) uses and only `uid` besides may pass
-/// through — the lease's agent socket directory, whose socket DAOS makes
-/// 0666 (`daos_agent`'s `NewDomainSocketServer(..., 0666)`).
-pub fn owner_and_user_search(uid: u32) -> Vec<u8> {
-    encode(uid, [7, 1, 0, 1, 0])
+/// The xattr value of `u::rwx, user:uid:-wx, g::---, m::-wx, o::---`: a
+/// directory its owner (root) keeps, which only `uid` besides may pass
+/// through and make or remove names in (never list) — the lease's agent
+/// socket directory: the agent, run as the job's owner, makes its socket
+/// there (DAOS makes it 0666: `daos_agent`'s `NewDomainSocketServer(...,
+/// 0666)`), and no other user reaches it.
+pub fn owner_and_user_write_search(uid: u32) -> Vec<u8> {
+    encode(uid, [7, 3, 0, 3, 0])
 }
 
 /// The named users the access ACL of the file `fd` holds (by an

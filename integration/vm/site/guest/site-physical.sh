@@ -91,8 +91,11 @@ mkfifo -m 600 "$NAP_FIFO"
 exec 9<>"$NAP_FIFO"
 rm -f "$NAP_FIFO"
 nap() { read -r -t "$1" -u 9 _ || true; }
-# The harness's own waits (integration/cluster/lib.sh) poll less often here.
-export GPUQ_CLUSTER_POLL_MS=250
+# The harness's own waits (integration/cluster/lib.sh) poll less often
+# here, and wait as long as this script's own (a guest starved of host CPU
+# brought up five Podman services and four sshds so slowly that a node's
+# banner took over 5 s: cluster-up failed on the old 5 s connect limit).
+export GPUQ_CLUSTER_POLL_MS=250 GPUQ_CLUSTER_WAIT_SECS=300 GPUQ_CLUSTER_SSH_CONNECT_SECS=60
 field() { printf '%s\n' "$1" | sed -n "s/^ *\"$2\": *\"\{0,1\}\([^,\"]*\)\"\{0,1\},\{0,1\}$/\1/p" | head -n1; }
 as_alice() { (cd /w/alice && setpriv --reuid=61001 --regid=61001 --init-groups env HOME=/w/alice GPUQ_SOCKET=/run/gpuq-site/broker.sock "$@"); }
 gq() { GPUQ_SOCKET=/run/gpuq-site/broker.sock gpuq "$@"; }
