@@ -23,9 +23,10 @@
 //! | `agent/` | root 0700 + ACL `user:OWNER:-wx` (mode 0730) | the agent's socket (0666, as DAOS makes it): the owner and root reach it, no other user | agent and client containers |
 //!
 //! The agent runs as the job's owner (uid of `agent-etc/`, group
-//! [`AGENT_GID`], no capability, `no_new_privs`) in the host's PID
-//! namespace, which it needs (below): never uid 0 there, where a process
-//! without capabilities could still signal every root process of the host.
+//! [`AGENT_GID`], no capability, `no_new_privs`; `nobody` for a root-owned
+//! lease: [`agent_uid_for`]) in the host's PID namespace, which it needs
+//! (below): never uid 0 there, where a process without capabilities could
+//! still signal every root process of the host.
 //!
 //! The certificates are the lease's own (gpuq-leasecert): no other user
 //! can enter `user/`, so no other user's dmg can present the admin
@@ -159,6 +160,20 @@ const AGENT_UP: Duration = Duration::from_secs(20);
 /// group), with no supplementary groups. Its files are its user's (the
 /// job's owner); it needs no group's.
 pub const AGENT_GID: u32 = 65534;
+/// The agent's user for a lease whose owner is root (`gpuq e2e`'s job,
+/// under the maintenance lock): `nobody`, never uid 0 in the host's PID
+/// namespace.
+pub const ROOT_LEASE_AGENT_UID: u32 = 65534;
+
+/// The uid the agent of a lease owned by `owner_uid` runs as: the owner,
+/// or `nobody` for root's.
+pub fn agent_uid_for(owner_uid: u32) -> u32 {
+    if owner_uid == 0 {
+        ROOT_LEASE_AGENT_UID
+    } else {
+        owner_uid
+    }
+}
 
 fn control_config_in(run_dir: &Path, lease: &str) -> PathBuf {
     run_dir.join(lease).join("daos_control.yml")
@@ -390,8 +405,8 @@ impl ClientHost {
                 // these. The agent certificate's methods (GetAttachInfo,
                 // PoolEvict, SystemCleanup: DAOS's grpc_authorization.go)
                 // are a subset of the admin certificate's, which the owner
-                // holds in user/.
-                (owner_uid, 0),
+                // holds in user/. Root's lease: nobody's (agent_uid_for).
+                (agent_uid_for(owner_uid), 0),
                 0o500,
             ),
         ] {
@@ -411,7 +426,9 @@ impl ClientHost {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io(&ad, e)),
         }
-        owner_only_passage(&ad, owner_uid).map_err(|e| io(&ad, e))?;
+        // The agent makes its socket there as its own uid; the owner's
+        // clients pass (root's pass anyway).
+        owner_only_passage(&ad, agent_uid_for(owner_uid)).map_err(|e| io(&ad, e))?;
         Ok(())
     }
 
@@ -529,9 +546,10 @@ impl ClientHost {
     /// Start the agent and wait for its socket.
     pub async fn start_agent(&self, lease: &str) -> Result<String, ClientError> {
         self.check_stop()?;
+        // Who it runs as, before Podman is asked anything.
+        let uid = self.agent_uid(lease)?;
         let pm = self.podman().await?;
         let name = Self::agent_name(lease);
-        let uid = self.agent_uid(lease)?;
         let mut spec = self.base_spec(name.clone(), lease, Role::Agent);
         // daos.md: the agent monitors its clients' processes (host PID):
         // their PIDs reach it as the kernel translates a socket peer's PID
@@ -925,6 +943,110 @@ mod tests {
         std::os::unix::fs::symlink(&ad, &link).unwrap();
         assert!(super::owner_only_passage(&link, other).is_err());
         assert_eq!(gpuq_sys_users(&ad), vec![owner]);
+    }
+
+    /// A lease whose `agent-etc/` is root's (files written for no owner)
+    /// or a symlink: the agent is refused before Podman is asked (the
+    /// socket named here does not exist: asking would fail otherwise), and
+    /// nothing of the lease changes.
+    #[test]
+    fn the_agent_never_starts_as_root_and_podman_is_not_asked() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::Uid::effective().is_root() {
+            gpuq_test_skip::cannot_run(
+                "the_agent_never_starts_as_root_and_podman_is_not_asked",
+                "needs root (a root-owned agent-etc/)",
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let run_dir = dir.path().join("run");
+        let host = test_host(dir.path());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let listing = |lease: &str| {
+            let mut v: Vec<String> = std::fs::read_dir(run_dir.join(lease))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        // Root's agent-etc/.
+        let etc = run_dir.join("job7-100").join("agent-etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        assert_eq!(std::fs::metadata(&etc).unwrap().uid(), 0);
+        let e = rt.block_on(host.start_agent("job7-100")).unwrap_err();
+        assert!(
+            matches!(&e, super::ClientError::Agent(m) if m.contains("never runs as root")),
+            "{e}"
+        );
+        assert_eq!(listing("job7-100"), ["agent-etc"]);
+        // A symlink in its place (to an owner's directory) is not followed.
+        let owners = dir.path().join("owners");
+        std::fs::create_dir(&owners).unwrap();
+        std::os::unix::fs::chown(&owners, Some(61001), Some(61001)).unwrap();
+        std::fs::create_dir_all(run_dir.join("job8-100")).unwrap();
+        std::os::unix::fs::symlink(&owners, run_dir.join("job8-100").join("agent-etc")).unwrap();
+        let e = rt.block_on(host.start_agent("job8-100")).unwrap_err();
+        assert!(matches!(&e, super::ClientError::Files { .. }), "{e}");
+        assert_eq!(listing("job8-100"), ["agent-etc"]);
+    }
+
+    /// A client host under `dir` (`run/`) whose Podman socket does not
+    /// exist: a test that asks Podman fails there.
+    fn test_host(dir: &std::path::Path) -> super::ClientHost {
+        super::ClientHost::new(
+            dir.join("no-podman.sock"),
+            dir.join("run"),
+            super::ClientProfile {
+                image: gpuq_podman::ImageId::parse(&format!("sha256:{}", "a".repeat(64))).unwrap(),
+                system: "daos_server".into(),
+                port: 10001,
+                hostlist: vec!["10.200.0.11".into()],
+                access_points: vec!["10.200.0.11".into()],
+                request: std::time::Duration::from_secs(5),
+            },
+        )
+    }
+
+    /// Root's lease (`gpuq e2e`'s job): the agent's files and socket
+    /// directory are nobody's, the admin certificate root's.
+    #[test]
+    fn a_root_lease_s_agent_files_are_nobody_s_and_the_owner_s_otherwise() {
+        use std::os::unix::fs::MetadataExt;
+        if !nix::unistd::Uid::effective().is_root() {
+            gpuq_test_skip::cannot_run(
+                "a_root_lease_s_agent_files_are_nobody_s_and_the_owner_s_otherwise",
+                "needs root (chown)",
+            );
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let host = test_host(dir.path());
+        let tls = gpuq_protocol::node::ClientTls {
+            ca_cert: "CA".into(),
+            admin_cert: "ADMIN".into(),
+            admin_key: "ADMINKEY".into(),
+            agent_cert: "AGENT".into(),
+            agent_key: "AGENTKEY".into(),
+        };
+        for (lease, owner, agent) in [("job9-100", 0, 65534), ("job10-100", 61001, 61001)] {
+            host.write_files(lease, &tls, owner).unwrap();
+            let l = dir.path().join("run").join(lease);
+            let m = |p: &str| {
+                let m = std::fs::metadata(l.join(p)).unwrap();
+                (m.uid(), m.mode() & 0o7777)
+            };
+            assert_eq!(m("agent-etc"), (agent, 0o500), "{lease}");
+            assert_eq!(m("agent-etc/agent.key"), (agent, 0o400), "{lease}");
+            assert_eq!(m("user"), (owner, 0o500), "{lease}");
+            assert_eq!(m("agent"), (0, 0o730), "{lease}");
+            assert_eq!(gpuq_sys_users(&l.join("agent")), vec![agent], "{lease}");
+            assert_eq!(host.agent_uid(lease).unwrap(), agent, "{lease}");
+        }
     }
 
     fn gpuq_sys_users(p: &std::path::Path) -> Vec<u32> {

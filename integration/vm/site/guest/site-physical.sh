@@ -12,23 +12,20 @@
 #   da3 SN-SITE-0003 0000:00:13.0 nsid 1     da4 SN-SITE-0005 0000:00:15.0 nsid 1 and 2
 # SN-SITE-0004 (0000:00:14.0) is on no allowlist: it must never be written.
 #
-# SITE_SCENARIOS=inst runs only scenario 1 without the broker kill (an
-# --inst job and daos-exec from inside it, and from outside refused; its
-# cancel and time limit); inst-nfs runs those, then scenario 5 (the
-# cgroup-v1 boot); all-but-nfs every scenario but 5 (the cgroup-v2 boot:
-# scenario 5 waits on NFS grace periods and holds far more than it
-# computes, so it runs beside the v2 guest's CPU-bound work; docs/testing.md,
-# "Session 24"); the default, all, runs every scenario.
+# SITE_SCENARIOS=inst runs only scenario 1 without the broker kill (the
+# cgroup-v1 boot: an --inst job and daos-exec from inside it, and from
+# outside refused; its cancel and time limit); the default, all, runs
+# every scenario.
 set -eu
 F=${F:-/gpuq}
-ALL=1; case ${SITE_SCENARIOS:-all} in all|all-but-nfs) ;; *) ALL=0;; esac
+ALL=1; [ "${SITE_SCENARIOS:-all}" = all ] || ALL=0
 # --stor nvmeof profiles on the nodes and the broker: for all scenarios and
 # for stor-bench (integration/bench/stor-nvmeof.sh: the cluster, the
 # activation, then only the benchmark).
 STOR=$ALL; [ "${SITE_SCENARIOS:-all}" != stor-bench ] || STOR=1
-# --stor nfsrdma profiles: for all scenarios, for inst-nfs and for
-# stor-nfs (the cluster, the activation, then only scenario 5).
-NFS=0; case ${SITE_SCENARIOS:-all} in all|inst-nfs|stor-nfs|stor-nfs-bench) NFS=1;; esac
+# --stor nfsrdma profiles: for all scenarios and for stor-nfs (the cluster,
+# the activation, then only scenario 5).
+NFS=0; case ${SITE_SCENARIOS:-all} in all|stor-nfs|stor-nfs-bench) NFS=1;; esac
 D=/srv/cl
 P=site
 NS_CXL2=/run/netns/$P-cxl2
@@ -1118,7 +1115,6 @@ if [ "$ALL" = 0 ]; then
   released "$idt" inst-time-limit
   mark inst-time-limit-to-released
   ok inst-time-limit-ends-the-unit-and-releases
-  if [ "$NFS" = 1 ]; then stor_nfs; fi
   finish
 fi
 
@@ -1440,7 +1436,7 @@ ok stor-nvmeof-a-failed-unexport-holds-naming-the-node-wipes-nothing-and-recover
 crash_chain nvmeof stor_left before_release before_wipe before_unexport before_disconnect exported connected
 ok stor-nvmeof-a-broker-killed-at-every-new-point-leaves-the-lease-clean-or-held-never-dirty
 modprobe -r nvme-tcp nvmet-tcp nvmet || fail stor "modprobe -r"
-if [ "$NFS" = 1 ]; then stor_nfs; fi
+stor_nfs
 
 # --- scenario 3: a filesystem from da3's namespace mounted during the job ------
 D3=$(dev_of SN-SITE-0003 1)
