@@ -590,11 +590,14 @@ mod tests {
             std::fs::create_dir_all(p).unwrap();
             std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
         }
-        std::fs::set_permissions(
-            d.path(),
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        // Modes set, not left to the umask: it is the process's, and
+        // `mount_directories_are_made_reachable_whatever_the_umask` sets
+        // 077 for a moment on another thread (a clean-clone run made
+        // `mnt` 0700 so, and the owner's holder could not start in it).
+        for p in [d.path(), mount.as_path()] {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+        }
         // The owner's process running a set-user-ID program (real uid the
         // owner's, effective root's, as `su` or `mount.nfs` would be).
         let mut setuid = holder_in(&dirs[0], None, &format!("os.setresuid({owner}, 0, 0)"));
